@@ -1,0 +1,336 @@
+"""Typed configuration for every stage.
+
+Every field carries a docstring (pydantic keeps it as the field description, so the Prefect UI form and
+`essaflow config --help` show it). Unknown keys are rejected, and cross-field rules run at load time, so a bad
+value fails before any compute starts with a message naming the field.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_assignment=True)
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot run; the message names the offending field."""
+
+
+class SyntheticTaskConfig(_Strict):
+    """The built-in arithmetic task: the embedded default, deterministic by seed."""
+
+    min_digits: int = Field(1, ge=1, le=6)
+    """Fewest digits per operand."""
+    max_digits: int = Field(3, ge=1, le=6)
+    """Most digits per operand."""
+    operators: list[Literal["+", "-", "*"]] = ["+", "-"]
+    """Operators drawn uniformly per problem."""
+    num_problems: int = Field(6000, ge=10)
+    """How many distinct problems to generate before splitting."""
+
+    @model_validator(mode="after")
+    def _digits_ordered(self) -> SyntheticTaskConfig:
+        if self.min_digits > self.max_digits:
+            raise ValueError("min_digits must be <= max_digits")
+        return self
+
+
+class DataConfig(_Strict):
+    """Where problems come from and how they are split."""
+
+    source: Literal["synthetic", "file", "hf", "s3"] = "synthetic"
+    """synthetic: built-in arithmetic; file: local JSONL/JSON/CSV/Parquet; hf: datasets.load_dataset; s3: s3:// URI."""
+    path: str | None = None
+    """File path, HF dataset name or local dataset directory, or s3:// URI (unused for synthetic)."""
+    hf_config: str | None = None
+    """HF dataset configuration name (e.g. 'main' for GSM8K)."""
+    hf_split: str = "train"
+    """HF split to read."""
+    hf_revision: str | None = None
+    """HF dataset revision (commit or tag) for reproducibility."""
+    adapter: Literal["plain", "gsm8k", "math"] = "plain"
+    """How the answer column is read: as is, GSM8K (after '####'), MATH (last \\boxed{})."""
+    columns: dict[str, str] = {}
+    """Column mapping from our names (id, prompt, answer) to the source's names, e.g. {prompt: question}."""
+    prompt_template: str = "{prompt}"
+    """Template applied to every prompt; '{prompt}' is replaced by the raw prompt."""
+    on_bad_row: Literal["error", "drop"] = "error"
+    """Malformed rows: fail listing their row numbers (error) or drop them and count them (drop)."""
+    synthetic: SyntheticTaskConfig = SyntheticTaskConfig()
+    """Knobs of the built-in arithmetic task."""
+    sft_fraction: float = Field(0.4, ge=0.0, lt=1.0)
+    """Share of problems in the SFT split (disjoint from train/eval, as ESSA's warm start asks)."""
+    eval_size: int = Field(256, ge=1)
+    """Number of held-out problems in the eval split."""
+    max_problems: int | None = Field(None, ge=1)
+    """Cap on problems read from the source (after validation), for quick runs."""
+    seed: int = 0
+    """Seed of the synthetic generator (splits are by content hash, not by this seed)."""
+
+
+class ModelConfig(_Strict):
+    """Which base model to load and how LoRA is attached."""
+
+    name_or_path: str = "builtin:tiny"
+    """'builtin:tiny' (our embedded model), a local directory, a hub id, or an s3:// prefix."""
+    revision: str | None = None
+    """Hub revision to pin."""
+    trust_remote_code: bool = False
+    """Allow a checkpoint's own Python code to run. Off unless you trust the source."""
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    """Weights dtype."""
+    lora_rank: int = Field(8, ge=1)
+    """LoRA rank r."""
+    lora_alpha: float = Field(16.0, gt=0)
+    """LoRA alpha (scale = alpha / r). ESSA keeps the SFT adapter's scaling (papers.md 6.1.6)."""
+    lora_dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    """LoRA dropout during SFT."""
+    target_modules: list[str] = ["q_proj", "k_proj", "v_proj", "o_proj"]
+    """Modules LoRA adapts; ESSA uses the attention projections Q/K/V/O (ESSA-v3 sec. 3.2)."""
+    torch_threads: int = Field(1, ge=1)
+    """Torch intra-op threads per process: 1 avoids collapse when another process shares the cores."""
+
+
+class SamplingConfig(_Strict):
+    """How completions are generated."""
+
+    backend: Literal["auto", "transformers", "vllm"] = "auto"
+    """Generation backend: vLLM when installed and a GPU is present (auto), else transformers."""
+    temperature: float = Field(1.0, ge=0.0)
+    """Sampling temperature; 0 means greedy."""
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    """Nucleus sampling mass."""
+    max_new_tokens: int = Field(8, ge=1)
+    """Completion length cap."""
+    batch_size: int = Field(512, ge=1)
+    """Sequences generated per forward batch."""
+
+
+class EvalConfig(_Strict):
+    """pass@k evaluation protocol (Codex unbiased estimator, papers.md 1.3)."""
+
+    samples_per_problem: int = Field(16, ge=1)
+    """n: completions sampled per problem at sampling.temperature."""
+    ks: list[int] = [1, 2, 4, 8, 16]
+    """k values reported; each must be <= samples_per_problem."""
+    max_problems: int | None = Field(None, ge=1)
+    """Evaluate on at most this many eval problems (None = all)."""
+    seed: int = 1234
+    """Sampling seed: the same seed before and after training gives a paired comparison."""
+    reward: str = "exact_match"
+    """Reward used to judge correctness (see essaflow.rewards)."""
+
+    @model_validator(mode="after")
+    def _k_within_n(self) -> EvalConfig:
+        bad = [k for k in self.ks if k > self.samples_per_problem or k < 1]
+        if bad:
+            raise ValueError(f"ks {bad} must be between 1 and samples_per_problem={self.samples_per_problem}")
+        return self
+
+    @field_validator("reward")
+    @classmethod
+    def _known_reward(cls, v: str) -> str:
+        from essaflow.rewards import REWARDS
+
+        if v not in REWARDS:
+            raise ValueError(f"unknown reward {v!r}; known: {sorted(REWARDS)}")
+        return v
+
+
+class SFTConfig(_Strict):
+    """LoRA supervised warm start (ESSA-v3 sec. 3.2 'Initialization')."""
+
+    steps: int = Field(300, ge=1)
+    """Optimizer steps."""
+    batch_size: int = Field(64, ge=1)
+    """Problems per step."""
+    lr: float = Field(3e-3, gt=0)
+    """AdamW learning rate."""
+    weight_decay: float = Field(0.0, ge=0)
+    """AdamW weight decay."""
+    seed: int = 0
+    """Seed for LoRA init and batch order."""
+
+
+class ESSAConfig(_Strict):
+    """ESSA: CMA-ES over SVD-LoRA singular values (ESSA-v3 sec. 3.2, App. A)."""
+
+    alpha: float = Field(1.0, gt=0.0, le=1.0)
+    """Fraction of each factor's singular values that is trainable: top floor(alpha*r) (Alg.1 line 6)."""
+    population: int = Field(32, ge=2)
+    """lambda: candidates per generation (paper: 24-96)."""
+    sigma0: float = Field(0.1, gt=0)
+    """Initial CMA-ES step size, in singular-value units (not given by the paper; papers.md 6.1.1)."""
+    generations: int = Field(60, ge=1)
+    """Number of generations E."""
+    minibatch: int = Field(128, ge=1)
+    """b: prompts per generation, shared by all candidates for fair ranking (papers.md 6.1.3)."""
+    strategy: Literal["cma", "sep_cma", "es"] = "cma"
+    """cma: full-covariance CMA-ES (paper); sep_cma: diagonal, for large d; es: antithetic Gaussian ES (Qiu)."""
+    es_lr: float = Field(0.05, gt=0)
+    """Learning rate of the plain ES baseline (strategy=es only)."""
+    returned_point: Literal["mean", "best"] = "mean"
+    """Which point is returned: the CMA mean (default) or the best candidate seen (papers.md 6.1.2)."""
+    fitness_temperature: float = Field(0.0, ge=0.0)
+    """Decoding temperature when scoring candidates; 0 = greedy (papers.md 6.1.4)."""
+    workers: int = Field(1, ge=1)
+    """Ray population workers (one per GPU or CPU slot)."""
+    eval_every: int = Field(10, ge=0)
+    """Held-out greedy accuracy every this many generations (0 = never)."""
+    target_accuracy: float | None = Field(None, gt=0, le=1)
+    """Stop early once held-out accuracy reaches this."""
+    checkpoint_every: int = Field(10, ge=0)
+    """Checkpoint every N generations (0 = only at the end)."""
+    seed: int = 0
+    """Seed of the strategy and minibatch sampler."""
+
+
+class GRPOConfig(_Strict):
+    """GRPO family with F-GRPO's focal weight (FGRPO-v2 sec. 4, App. L)."""
+
+    loss: str = "grpo"
+    """Policy loss by name: grpo, dapo, cispo."""
+    advantage: str = "grpo"
+    """Advantage estimator by name: grpo (group-normalised) or drgrpo (no std division)."""
+    gamma: float = Field(1.0, ge=0.0)
+    """Focal exponent: advantages scaled by (1 - success_rate)^gamma; 0 recovers the base method."""
+    group_size: int = Field(8, ge=2)
+    """N: rollouts per prompt."""
+    prompts_per_step: int = Field(32, ge=1)
+    """Prompt groups per optimizer step."""
+    steps: int = Field(200, ge=1)
+    """Optimizer steps."""
+    lr: float = Field(3e-4, gt=0)
+    """AdamW learning rate."""
+    warmup_steps: int = Field(0, ge=0)
+    """Linear warm-up steps."""
+    weight_decay: float = Field(0.01, ge=0)
+    """AdamW weight decay."""
+    grad_clip: float = Field(1.0, gt=0)
+    """Max gradient norm."""
+    clip_eps_low: float = Field(0.2, ge=0)
+    """PPO lower clip epsilon."""
+    clip_eps_high: float = Field(0.2, ge=0)
+    """PPO upper clip epsilon (DAPO clip-higher uses 0.28)."""
+    kl_beta: float = Field(0.0, ge=0)
+    """k3 KL coefficient to the reference model (F-GRPO uses 0)."""
+    std_mode: Literal["population", "bessel", "none"] = "bessel"
+    """Std used in the group advantage (papers.md 6.2.1)."""
+    aggregation: Literal["token_mean", "seq_mean"] = "token_mean"
+    """Loss aggregation over tokens."""
+    temperature: float = Field(1.0, gt=0)
+    """Rollout temperature."""
+    workers: int = Field(1, ge=1)
+    """Ray Train workers (DDP)."""
+    eval_every: int = Field(50, ge=0)
+    """Held-out greedy accuracy every this many steps (0 = never)."""
+    checkpoint_every: int = Field(50, ge=0)
+    """Checkpoint every N steps (0 = only at the end)."""
+    seed: int = 0
+    """Seed of rollouts and prompt order."""
+
+    @field_validator("loss")
+    @classmethod
+    def _known_loss(cls, v: str) -> str:
+        known = {"grpo", "dapo", "cispo"}
+        if v not in known:
+            raise ValueError(f"unknown loss {v!r}; known: {sorted(known)}")
+        return v
+
+    @field_validator("advantage")
+    @classmethod
+    def _known_advantage(cls, v: str) -> str:
+        known = {"grpo", "drgrpo"}
+        if v not in known:
+            raise ValueError(f"unknown advantage {v!r}; known: {sorted(known)}")
+        return v
+
+
+class PipelineConfig(_Strict):
+    """One fine-tuning pipeline run: data -> baseline eval -> SFT -> train -> eval -> register."""
+
+    name: str = "tiny-arith"
+    """Pipeline name; also the registered model name prefix."""
+    method: Literal["essa", "fgrpo", "none"] = "essa"
+    """Training method after the SFT warm start."""
+    seed: int = 0
+    """Global seed."""
+    data: DataConfig = DataConfig()
+    """Dataset preparation."""
+    model: ModelConfig = ModelConfig()
+    """Base model and LoRA."""
+    sampling: SamplingConfig = SamplingConfig()
+    """Generation settings for evaluation."""
+    eval: EvalConfig = EvalConfig()
+    """pass@k protocol."""
+    sft: SFTConfig = SFTConfig()
+    """LoRA SFT warm start."""
+    essa: ESSAConfig = ESSAConfig()
+    """ESSA settings (method=essa)."""
+    grpo: GRPOConfig = GRPOConfig()
+    """F-GRPO settings (method=fgrpo)."""
+    storage_uri: str = "file://.essaflow/store"
+    """Artifact root: file:// directory or s3://bucket/prefix."""
+    tracking_uri: str | None = None
+    """MLflow tracking URI; None uses MLFLOW_TRACKING_URI or a local sqlite file."""
+    adapter_uri: str | None = None
+    """Start from this SFT adapter instead of training one."""
+
+
+def _set_dotted(tree: dict[str, Any], dotted: str, raw: str) -> None:
+    keys = dotted.split(".")
+    node = tree
+    for key in keys[:-1]:
+        nxt = node.setdefault(key, {})
+        if not isinstance(nxt, dict):
+            raise ConfigError(f"--set {dotted}: '{key}' is not a section")
+        node = nxt
+    node[keys[-1]] = yaml.safe_load(raw)
+
+
+def apply_overrides(tree: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply `key.sub=value` overrides (values parsed as YAML) to a plain config dict."""
+    tree = copy.deepcopy(tree)
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} must look like section.key=value")
+        key, raw = item.split("=", 1)
+        _set_dotted(tree, key.strip(), raw)
+    return tree
+
+
+def _explain(err: ValidationError) -> str:
+    lines = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"]) or "<root>"
+        msg = "unknown key" if e["type"] == "extra_forbidden" else e["msg"]
+        lines.append(f"{loc}: {msg}")
+    return "invalid config: " + "; ".join(lines)
+
+
+def parse_config(tree: dict[str, Any], model: type[BaseModel] = PipelineConfig) -> Any:
+    """Validate a plain dict into a config model, raising ConfigError that names each bad field."""
+    try:
+        return model.model_validate(tree)
+    except ValidationError as err:
+        raise ConfigError(_explain(err)) from None
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> PipelineConfig:
+    """Load a YAML preset (or the defaults when path is None) and apply dotted overrides."""
+    tree: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.exists():
+            raise ConfigError(f"config file not found: {p}")
+        tree = yaml.safe_load(p.read_text()) or {}
+        if not isinstance(tree, dict):
+            raise ConfigError(f"config file {p} must hold a mapping at the top level")
+    return parse_config(apply_overrides(tree, overrides or []))

@@ -1,0 +1,91 @@
+"""Load base models and tokenizers, attach LoRA, save and load adapters (safetensors only)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import torch
+from peft import LoraConfig, PeftModel, get_peft_model
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from essaflow.config import ModelConfig
+from essaflow.tiny_model import cache_root, tiny_base_path
+
+log = logging.getLogger(__name__)
+
+BUILTIN_TINY = "builtin:tiny"
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_model_path(name_or_path: str) -> str:
+    """Map 'builtin:tiny' to its checkpoint, download an s3:// prefix to the cache; pass other ids through."""
+    if name_or_path == BUILTIN_TINY:
+        return str(tiny_base_path())
+    if name_or_path.startswith("s3://"):
+        from essaflow.storage import open_store
+
+        target = cache_root() / "models" / name_or_path.removeprefix("s3://").replace("/", "__")
+        if not (target / "config.json").exists():
+            open_store(name_or_path).download_dir("", target)
+        return str(target)
+    return name_or_path
+
+
+def load_tokenizer(cfg: ModelConfig) -> PreTrainedTokenizerBase:
+    path = resolve_model_path(cfg.name_or_path)
+    tok = AutoTokenizer.from_pretrained(path, revision=cfg.revision, trust_remote_code=cfg.trust_remote_code)
+    tok.padding_side = "left"  # generation pads on the left; training builds its own right-padded batches
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def load_base_model(cfg: ModelConfig) -> PreTrainedModel:
+    """Load the causal LM from disk (never with remote code unless cfg.trust_remote_code)."""
+    torch.set_num_threads(cfg.torch_threads)
+    path = resolve_model_path(cfg.name_or_path)
+    model = AutoModelForCausalLM.from_pretrained(
+        path, revision=cfg.revision, trust_remote_code=cfg.trust_remote_code, dtype=_DTYPES[cfg.dtype]
+    )
+    model.eval()
+    return model
+
+
+def attach_lora(model: PreTrainedModel, cfg: ModelConfig, seed: int = 0) -> PeftModel:
+    """Attach a fresh LoRA adapter (A Kaiming-uniform, B zero, as peft initialises it)."""
+    torch.manual_seed(seed)
+    lora = LoraConfig(
+        r=cfg.lora_rank,
+        lora_alpha=cfg.lora_alpha,
+        lora_dropout=cfg.lora_dropout,
+        target_modules=list(cfg.target_modules),
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+    return get_peft_model(model, lora)
+
+
+def save_adapter(model: PeftModel, out_dir: str | Path, tokenizer: PreTrainedTokenizerBase | None = None) -> Path:
+    """Write adapter_config.json + adapter_model.safetensors (+ tokenizer) into out_dir."""
+    out = Path(out_dir)
+    model.save_pretrained(out, safe_serialization=True)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(out)
+    return out
+
+
+def load_adapter(base: PreTrainedModel, adapter_dir: str | Path, trainable: bool = False) -> PeftModel:
+    """Put a saved LoRA adapter on top of a base model."""
+    return PeftModel.from_pretrained(base, str(adapter_dir), is_trainable=trainable)
+
+
+def load_model_with_adapter(
+    cfg: ModelConfig, adapter_dir: str | Path | None
+) -> tuple[PeftModel, PreTrainedTokenizerBase]:
+    """Base + adapter (or a fresh LoRA when adapter_dir is None) and the tokenizer, ready for inference."""
+    tok = load_tokenizer(cfg)
+    base = load_base_model(cfg)
+    model = attach_lora(base, cfg) if adapter_dir is None else load_adapter(base, adapter_dir)
+    model.eval()
+    return model, tok

@@ -1,0 +1,162 @@
+"""The embedded default model: a tiny Llama and a character tokenizer, pretrained briefly by our own code.
+
+It is deliberately only partly competent on the synthetic arithmetic task, so fine-tuning has room to show.
+The build is a pure function of `TinyRecipe`; its hash names the checkpoint, so it is built once and cached.
+A checkpoint produced by this script ships in `essaflow/assets/tiny-base/` and is used when its recipe hash
+matches; otherwise the model is rebuilt into the cache (about a minute on 2 CPU cores).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import random
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+from essaflow.data.synthetic import ALPHABET, synthetic_problems
+
+log = logging.getLogger(__name__)
+
+SPECIALS = ["<pad>", "<eos>", "<unk>"]
+SHIPPED = Path(__file__).parent / "assets" / "tiny-base"
+
+
+@dataclass(frozen=True)
+class TinyRecipe:
+    """Everything that determines the tiny base checkpoint."""
+
+    hidden_size: int = 128
+    intermediate_size: int = 256
+    num_layers: int = 4
+    num_heads: int = 4
+    max_positions: int = 64
+    pretrain_steps: int = 700
+    batch_size: int = 128
+    lr: float = 3e-3
+    seed: int = 1234
+    # Pretraining draws from its own seed stream, not the dataset's (seed 0).
+    task: dict = field(default_factory=lambda: {"min_digits": 1, "max_digits": 3, "operators": ["+", "-"]})
+    version: int = 1
+
+    def digest(self) -> str:
+        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
+
+
+def build_char_tokenizer(alphabet: str = ALPHABET) -> PreTrainedTokenizerFast:
+    """A character-level fast tokenizer: one token per character, specials for pad/eos/unk."""
+    vocab = {tok: i for i, tok in enumerate(SPECIALS + list(alphabet))}
+    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    core.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=core, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>", padding_side="left"
+    )
+
+
+def tiny_config(recipe: TinyRecipe, tokenizer: PreTrainedTokenizerFast) -> LlamaConfig:
+    return LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=recipe.hidden_size,
+        intermediate_size=recipe.intermediate_size,
+        num_hidden_layers=recipe.num_layers,
+        num_attention_heads=recipe.num_heads,
+        num_key_value_heads=recipe.num_heads,
+        max_position_embeddings=recipe.max_positions,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.eos_token_id,
+        tie_word_embeddings=True,
+    )
+
+
+def answer_only_batch(
+    tokenizer: PreTrainedTokenizerFast, prompts: list[str], answers: list[str]
+) -> dict[str, torch.Tensor]:
+    """Right-padded `prompt + answer + eos` with labels only on answer and eos tokens (-100 elsewhere)."""
+    seqs, labels = [], []
+    for p, a in zip(prompts, answers):
+        p_ids = tokenizer(p, add_special_tokens=False)["input_ids"]
+        a_ids = tokenizer(a, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        seqs.append(p_ids + a_ids)
+        labels.append([-100] * len(p_ids) + a_ids)
+    width = max(len(s) for s in seqs)
+    pad = tokenizer.pad_token_id
+    ids = torch.full((len(seqs), width), pad, dtype=torch.long)
+    lab = torch.full((len(seqs), width), -100, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, (s, lb) in enumerate(zip(seqs, labels)):
+        ids[i, : len(s)] = torch.tensor(s)
+        lab[i, : len(lb)] = torch.tensor(lb)
+        mask[i, : len(s)] = 1
+    return {"input_ids": ids, "attention_mask": mask, "labels": lab}
+
+
+def build_tiny_base(out_dir: Path, recipe: TinyRecipe = TinyRecipe()) -> Path:
+    """Pretrain the tiny model on the synthetic task (full parameters) and save model + tokenizer atomically."""
+    torch.manual_seed(recipe.seed)
+    rng = random.Random(recipe.seed)
+    tokenizer = build_char_tokenizer()
+    model = LlamaForCausalLM(tiny_config(recipe, tokenizer))
+    corpus = synthetic_problems(recipe.pretrain_steps * recipe.batch_size // 2, seed=recipe.seed, **recipe.task)
+    opt = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=0.01)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=recipe.lr, total_steps=recipe.pretrain_steps)
+    model.train()
+    start = time.perf_counter()
+    for step in range(recipe.pretrain_steps):
+        batch = rng.sample(corpus, recipe.batch_size)
+        out = model(**answer_only_batch(tokenizer, [p.prompt for p in batch], [p.answer for p in batch]))
+        opt.zero_grad()
+        out.loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        if step % 100 == 0:
+            log.info("tiny-base pretrain step %d loss %.3f", step, out.loss.item())
+    model.eval()
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=".tmp-tiny-"))
+    model.save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    meta = {
+        "recipe": asdict(recipe),
+        "digest": recipe.digest(),
+        "build_s": round(time.perf_counter() - start, 1),
+    }
+    (tmp / "essaflow_recipe.json").write_text(json.dumps(meta, indent=2))
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    os.replace(tmp, out_dir)
+    return out_dir
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("ESSAFLOW_CACHE_DIR", Path.home() / ".cache" / "essaflow"))
+
+
+def tiny_base_path(recipe: TinyRecipe = TinyRecipe()) -> Path:
+    """Directory of the tiny base for this recipe: the shipped checkpoint when it matches, else built and cached."""
+    shipped_meta = SHIPPED / "essaflow_recipe.json"
+    if shipped_meta.exists() and json.loads(shipped_meta.read_text()).get("digest") == recipe.digest():
+        return SHIPPED
+    target = cache_root() / f"tiny-base-{recipe.digest()}"
+    if not (target / "essaflow_recipe.json").exists():
+        log.info("building tiny base model %s (one time)", recipe.digest())
+        build_tiny_base(target, recipe)
+    return target
+
+
+if __name__ == "__main__":  # python -m essaflow.tiny_model: rebuild the shipped checkpoint
+    logging.basicConfig(level=logging.INFO)
+    torch.set_num_threads(1)
+    print(build_tiny_base(SHIPPED))

@@ -1,0 +1,98 @@
+"""Shared stage logic every method starts from: dataset splits and the SFT LoRA warm start.
+
+The SFT adapter is a pure function of (model config, SFT config, SFT split), so it is cached by that hash:
+ESSA and F-GRPO runs on the same task start from the identical adapter, and a rerun costs nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from peft import PeftModel
+from transformers import PreTrainedTokenizerBase
+
+from essaflow.config import DataConfig, EvalConfig, ModelConfig, PipelineConfig, SamplingConfig, SFTConfig
+from essaflow.data import Splits, load_problems, split_problems
+from essaflow.data.schema import Problem
+from essaflow.evaluation import EvalReport, evaluate
+from essaflow.models import (
+    attach_lora,
+    load_base_model,
+    load_model_with_adapter,
+    load_tokenizer,
+    save_adapter,
+)
+from essaflow.sampling import TransformersGenerator
+from essaflow.sft import train_sft
+from essaflow.tiny_model import cache_root
+
+log = logging.getLogger(__name__)
+
+
+def prepare_splits(cfg: DataConfig) -> Splits:
+    """Load, validate and split the problems named by the data config."""
+    return split_problems(load_problems(cfg), cfg.eval_size, cfg.sft_fraction)
+
+
+def sft_key(model: ModelConfig, sft: SFTConfig, problems: list[Problem]) -> str:
+    blob = json.dumps(
+        [model.model_dump(exclude={"torch_threads"}), sft.model_dump(), [p.content_hash() for p in problems]],
+        sort_keys=True,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def train_sft_adapter(model_cfg: ModelConfig, sft_cfg: SFTConfig, problems: list[Problem], out_dir: Path) -> Path:
+    """Train a LoRA SFT adapter and write it (safetensors + tokenizer) to out_dir atomically."""
+    tok = load_tokenizer(model_cfg)
+    model = attach_lora(load_base_model(model_cfg), model_cfg, seed=sft_cfg.seed)
+    result = train_sft(model, tok, problems, sft_cfg)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=".tmp-sft-"))
+    save_adapter(model, tmp, tok)
+    (tmp / "sft_result.json").write_text(
+        json.dumps({"steps": result.steps, "final_loss": result.final_loss, "wall_s": result.wall_s})
+    )
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    os.replace(tmp, out_dir)
+    return out_dir
+
+
+def cached_sft_adapter(cfg: PipelineConfig, splits: Splits) -> Path:
+    """The SFT adapter for this config: cfg.adapter_uri if given, else trained once and cached by hash."""
+    if cfg.adapter_uri:
+        return Path(cfg.adapter_uri.removeprefix("file://"))
+    target = cache_root() / "sft" / sft_key(cfg.model, cfg.sft, splits.sft)
+    if not (target / "adapter_config.json").exists():
+        log.info("training SFT warm start -> %s", target)
+        train_sft_adapter(cfg.model, cfg.sft, splits.sft, target)
+    return target
+
+
+def evaluate_adapter(
+    model_cfg: ModelConfig,
+    adapter_dir: Path | None,
+    problems: list[Problem],
+    eval_cfg: EvalConfig,
+    sampling: SamplingConfig,
+) -> EvalReport:
+    """pass@k of base (+ adapter) on problems."""
+    model, tok = load_model_with_adapter(model_cfg, adapter_dir)
+    return evaluate_model(model, tok, problems, eval_cfg, sampling)
+
+
+def evaluate_model(
+    model: PeftModel,
+    tok: PreTrainedTokenizerBase,
+    problems: list[Problem],
+    eval_cfg: EvalConfig,
+    sampling: SamplingConfig,
+) -> EvalReport:
+    return evaluate(TransformersGenerator(model, tok, sampling.batch_size), problems, eval_cfg, sampling)
