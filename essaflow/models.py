@@ -32,6 +32,15 @@ def resolve_model_path(name_or_path: str) -> str:
     return name_or_path
 
 
+def model_identity(cfg: ModelConfig) -> str:
+    """A string that changes whenever the base weights would: cache keys depend on it."""
+    if cfg.name_or_path == BUILTIN_TINY:
+        from essaflow.tiny_model import TinyRecipe
+
+        return f"{BUILTIN_TINY}@{TinyRecipe().digest()}"
+    return f"{cfg.name_or_path}@{cfg.revision or 'default'}"
+
+
 def load_tokenizer(cfg: ModelConfig) -> PreTrainedTokenizerBase:
     path = resolve_model_path(cfg.name_or_path)
     tok = AutoTokenizer.from_pretrained(path, revision=cfg.revision, trust_remote_code=cfg.trust_remote_code)

@@ -40,9 +40,10 @@ class TinyRecipe:
     num_layers: int = 4
     num_heads: int = 4
     max_positions: int = 64
-    pretrain_steps: int = 700
+    pretrain_steps: int = 1000
     batch_size: int = 128
     lr: float = 3e-3
+    corpus_size: int = 64000
     seed: int = 1234
     # Pretraining draws from its own seed stream, not the dataset's (seed 0).
     task: dict = field(default_factory=lambda: {"min_digits": 1, "max_digits": 3, "operators": ["+", "-"]})
@@ -107,7 +108,7 @@ def build_tiny_base(out_dir: Path, recipe: TinyRecipe = TinyRecipe()) -> Path:
     rng = random.Random(recipe.seed)
     tokenizer = build_char_tokenizer()
     model = LlamaForCausalLM(tiny_config(recipe, tokenizer))
-    corpus = synthetic_problems(recipe.pretrain_steps * recipe.batch_size // 2, seed=recipe.seed, **recipe.task)
+    corpus = synthetic_problems(recipe.corpus_size, seed=recipe.seed, **recipe.task)
     opt = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=0.01)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=recipe.lr, total_steps=recipe.pretrain_steps)
     model.train()

@@ -42,7 +42,12 @@ def prepare_splits(cfg: DataConfig) -> Splits:
 
 def sft_key(model: ModelConfig, sft: SFTConfig, problems: list[Problem]) -> str:
     blob = json.dumps(
-        [model.model_dump(exclude={"torch_threads"}), sft.model_dump(), [p.content_hash() for p in problems]],
+        [
+            model_identity(model),
+            model.model_dump(exclude={"torch_threads"}),
+            sft.model_dump(),
+            [p.content_hash() for p in problems],
+        ],
         sort_keys=True,
     )
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
