@@ -26,6 +26,7 @@ from essaflow.models import (
     load_base_model,
     load_model_with_adapter,
     load_tokenizer,
+    model_identity,
     save_adapter,
 )
 from essaflow.sampling import TransformersGenerator

@@ -14,7 +14,9 @@ def test_char_tokenizer_round_trip(tmp_path):
     assert len(ids) == 7 and tok.decode(ids) == "123+45="
     tok.save_pretrained(tmp_path)
     again = AutoTokenizer.from_pretrained(tmp_path)
-    assert again("987-6=", add_special_tokens=False)["input_ids"] == tok("987-6=", add_special_tokens=False)["input_ids"]
+    assert (
+        again("987-6=", add_special_tokens=False)["input_ids"] == tok("987-6=", add_special_tokens=False)["input_ids"]
+    )
     assert again.eos_token_id == tok.eos_token_id and again.pad_token_id == tok.pad_token_id
 
 
