@@ -47,7 +47,15 @@ SERVICE_ENV = {
     "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
     "PREFECT_LOGGING_EXTRA_LOGGERS": "essaflow",
     "TOKENIZERS_PARALLELISM": "false",
+    # Prefect's temporary local server needs longer than its 20 s default to start on 2 busy cores.
+    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "180",
 }
+
+
+def _flow_logging(verbose: bool) -> None:
+    """Flows log through Prefect's own handlers (with task run names); essaflow's loggers ride along."""
+    if verbose:
+        os.environ.setdefault("PREFECT_LOGGING_LEVEL", "DEBUG")
 
 
 def _service_env() -> None:
@@ -123,7 +131,7 @@ def demo(
     verbose: bool = False,
 ) -> None:
     """The main job on the embedded default: the whole finetune flow (tiny model, synthetic data, local services)."""
-    _setup_logging(verbose)
+    _flow_logging(verbose)
     if config is None:
         preset = {"essa": "tiny-essa.yaml", "fgrpo": "tiny-fgrpo.yaml"}.get(method, "tiny.yaml")
         config = Path(__file__).resolve().parent.parent / "configs" / preset
@@ -140,7 +148,7 @@ def run(
     verbose: bool = False,
 ) -> None:
     """Run the finetune flow locally: data -> pass@k -> SFT -> ESSA/F-GRPO -> pass@k -> MLflow registry."""
-    _setup_logging(verbose)
+    _flow_logging(verbose)
     _emit(_finetune(_load(config, set_), progress))
 
 
@@ -153,7 +161,7 @@ def eval_(
     verbose: bool = False,
 ) -> None:
     """pass@k of a registered model version (models:/MODEL@ALIAS) with the config's data and eval protocol."""
-    _setup_logging(verbose)
+    _flow_logging(verbose)
     cfg = _load(config, set_)
     _service_env()
     from flows.evaluate import EvaluateParams, evaluate_model
@@ -219,6 +227,106 @@ def build_tiny(out: Annotated[Path | None, typer.Option(help="target directory")
     start = time.perf_counter()
     path = build_tiny_base(out or SHIPPED)
     _emit({"path": str(path), "wall_s": round(time.perf_counter() - start, 1)})
+
+
+stack_app = typer.Typer(
+    no_args_is_help=True, help="The local stack: SeaweedFS (S3), MLflow, Prefect server + worker, Ray."
+)
+app.add_typer(stack_app, name="stack")
+StateOpt = Annotated[
+    Path | None, typer.Option("--state-dir", help="state directory [ESSAFLOW_STACK_DIR or .essaflow/stack]")
+]
+
+
+@stack_app.command("up")
+def stack_up(
+    state_dir: StateOpt = None,
+    worker: Annotated[bool, typer.Option(help="also start a process worker for the essaflow-process pool")] = True,
+) -> None:
+    """Start every server that is not running (127.0.0.1); print their URLs, PIDs, start times and memory."""
+    from essaflow import stack
+    from essaflow.local_stack import ServiceError
+
+    start = time.perf_counter()
+    try:
+        services = stack.up(state_dir, worker=worker)
+    except ServiceError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(1) from None
+    sd = stack.state_dir(state_dir)
+    for name, info in services.items():
+        typer.echo(
+            f"{name:15} {info['url']:28} pid {info['pid']:<7} {info['start_s']:5.1f}s {info['rss_mb']:7.1f} MB",
+            err=True,
+        )
+    typer.echo(f'use it:  eval "$(essaflow stack env --state-dir {sd})"', err=True)
+    _emit({"state_dir": str(sd), "services": services, "wall_s": round(time.perf_counter() - start, 1)})
+
+
+@stack_app.command("down")
+def stack_down(state_dir: StateOpt = None) -> None:
+    """Stop the stack's servers by PID (SIGTERM to each process group, then SIGKILL)."""
+    from essaflow import stack
+
+    _emit({"state_dir": str(stack.state_dir(state_dir)), "services": stack.down(state_dir)})
+
+
+@stack_app.command("status")
+def stack_status(state_dir: StateOpt = None) -> None:
+    """Which servers run, whether they answer, their memory."""
+    from essaflow import stack
+
+    services = stack.status(state_dir)
+    for name, info in services.items():
+        state = "healthy" if info["healthy"] else ("running" if info["running"] else "stopped")
+        typer.echo(f"{name:15} {state:8} {info['url']:28} pid {info['pid']:<7} {info['rss_mb']:7.1f} MB", err=True)
+    _emit({"state_dir": str(stack.state_dir(state_dir)), "services": services})
+    if not services or not all(i["healthy"] for i in services.values()):
+        raise typer.Exit(1)
+
+
+@stack_app.command("env")
+def stack_env(state_dir: StateOpt = None) -> None:
+    """Print `export` lines pointing a shell at the stack (includes its credentials: do not paste them anywhere)."""
+    import shlex
+
+    from essaflow import stack
+
+    sd = stack.state_dir(state_dir)
+    if not (sd / "ports.json").exists():
+        typer.echo(f"error: no stack in {sd}; run essaflow stack up", err=True)
+        raise typer.Exit(1)
+    for key, value in stack.client_env(sd).items():
+        typer.echo(f"export {key}={shlex.quote(value)}")
+
+
+@app.command()
+def deploy(
+    pool: Annotated[str, typer.Option(help="process work pool the deployments use")] = "essaflow-process",
+) -> None:
+    """Create the process work pool if needed and deploy every deployment in prefect.yaml (PREFECT_API_URL)."""
+    import subprocess
+    import sys
+
+    from essaflow.stack import PROJECT_DIR
+
+    if not os.environ.get("PREFECT_API_URL"):
+        typer.echo(
+            'error: PREFECT_API_URL is not set; run essaflow stack up and eval "$(essaflow stack env)"', err=True
+        )
+        raise typer.Exit(2)
+    prefect = [sys.executable, "-m", "prefect"]
+    env = {**os.environ, **SERVICE_ENV}
+    start = time.perf_counter()
+    pools = subprocess.run([*prefect, "work-pool", "inspect", pool], env=env, capture_output=True, text=True)
+    if pools.returncode != 0:
+        subprocess.run([*prefect, "work-pool", "create", pool, "--type", "process"], env=env, check=True)
+    done = subprocess.run([*prefect, "--no-prompt", "deploy", "--all"], cwd=PROJECT_DIR, env=env)
+    if done.returncode != 0:
+        raise typer.Exit(done.returncode)
+    _emit(
+        {"deployed": "all", "pool": pool, "project": str(PROJECT_DIR), "wall_s": round(time.perf_counter() - start, 1)}
+    )
 
 
 if __name__ == "__main__":

@@ -147,7 +147,7 @@ class EvalConfig(_Strict):
 class SFTConfig(_Strict):
     """LoRA supervised warm start (ESSA-v3 sec. 3.2 'Initialization')."""
 
-    steps: int = Field(300, ge=1)
+    steps: int = Field(500, ge=1)
     """Optimizer steps."""
     batch_size: int = Field(64, ge=1)
     """Problems per step."""
@@ -180,6 +180,10 @@ class ESSAConfig(_Strict):
     """Which point is returned: the CMA mean (default) or the best candidate seen (papers.md 6.1.2)."""
     fitness_temperature: float = Field(0.0, ge=0.0)
     """Decoding temperature when scoring candidates; 0 = greedy (papers.md 6.1.4)."""
+    fitness: Literal["accuracy", "answer_probability"] = "accuracy"
+    """accuracy: mean reward of decoded answers (paper); answer_probability: exact P(reference), gray-box option."""
+    merged_scoring: bool = True
+    """Scorers merge B'A' into the base weights and skip the LoRA path (same function, ~25% faster on CPU)."""
     workers: int = Field(1, ge=1)
     """Ray population workers (one per GPU or CPU slot)."""
     eval_every: int = Field(10, ge=0)
@@ -190,45 +194,87 @@ class ESSAConfig(_Strict):
     """Checkpoint every N generations (0 = only at the end)."""
     seed: int = 0
     """Seed of the strategy and minibatch sampler."""
+    nonnegative: bool = False
+    """Clamp searched singular values at 0 (paper silent, papers.md 6.1.1); off: a negative value flips a component."""
+    backend: Literal["ray", "local"] = "ray"
+    """ray: score on a Ray actor pool (any workers count); local: in the driver process, no Ray (tests, debugging)."""
+    inflight_per_worker: int = Field(2, ge=1)
+    """Candidates queued per Ray worker at a time (2 hides the round trip; dynamic hand-out, papers.md 6.1.11)."""
+    worker_max_restarts: int = Field(3, ge=0)
+    """How often Ray restarts a dead worker; its candidates go to live workers meanwhile."""
+    worker_gpus: float = Field(0.0, ge=0.0)
+    """GPUs per Ray worker (1 on GPU clusters: one model instance per GPU, ESSA-v3 sec. 4)."""
+
+    @model_validator(mode="after")
+    def _antithetic_pairs(self) -> ESSAConfig:
+        if self.strategy == "es" and self.population % 2:
+            raise ValueError(f"population={self.population} must be even for strategy=es (antithetic pairs)")
+        return self
 
 
 class GRPOConfig(_Strict):
     """GRPO family with F-GRPO's focal weight (FGRPO-v2 sec. 4, App. L)."""
 
     loss: str = "grpo"
-    """Policy loss by name: grpo, dapo, cispo."""
+    """Policy loss by name (essaflow.grpo.losses registry): grpo, dapo, cispo (FGRPO-v2 App. B)."""
     advantage: str = "grpo"
-    """Advantage estimator by name: grpo (group-normalised) or drgrpo (no std division)."""
+    """Advantage estimator by name (essaflow.grpo.advantages registry): grpo, or drgrpo (no std division)."""
     gamma: float = Field(1.0, ge=0.0)
-    """Focal exponent: advantages scaled by (1 - success_rate)^gamma; 0 recovers the base method."""
+    """Focal exponent: advantages scaled by (1 - success_rate)^gamma (FGRPO-v2 Eq. 12-13); 0 = the base method."""
     group_size: int = Field(8, ge=2)
-    """N: rollouts per prompt."""
+    """N: rollouts per prompt (F-GRPO main results: 8)."""
     prompts_per_step: int = Field(32, ge=1)
-    """Prompt groups per optimizer step."""
+    """Prompt groups per rollout step, over all workers; must divide evenly by workers * mini_batches."""
     steps: int = Field(200, ge=1)
-    """Optimizer steps."""
+    """Rollout steps (each makes mini_batches optimizer steps)."""
+    mini_batches: int = Field(1, ge=1)
+    """Optimizer steps per rollout step, 1 PPO epoch (F-GRPO: 256/64 = 4); 1 = one on-policy step."""
+    micro_batch_size: int = Field(0, ge=0)
+    """Sequences per forward/backward on a worker, gradients accumulated (0 = the worker's whole mini-batch)."""
     lr: float = Field(3e-4, gt=0)
-    """AdamW learning rate."""
+    """AdamW learning rate (F-GRPO: 1e-6 full-parameter; LoRA on the tiny model wants ~3e-4)."""
     warmup_steps: int = Field(0, ge=0)
-    """Linear warm-up steps."""
+    """Linear warm-up, in rollout steps, then constant (F-GRPO: 15)."""
     weight_decay: float = Field(0.01, ge=0)
-    """AdamW weight decay."""
+    """AdamW weight decay (F-GRPO: 0.01)."""
     grad_clip: float = Field(1.0, gt=0)
-    """Max gradient norm."""
-    clip_eps_low: float = Field(0.2, ge=0)
-    """PPO lower clip epsilon."""
-    clip_eps_high: float = Field(0.2, ge=0)
-    """PPO upper clip epsilon (DAPO clip-higher uses 0.28)."""
+    """Max global gradient norm (F-GRPO: 1.0)."""
+    clip_eps_low: float | None = Field(None, ge=0)
+    """Lower ratio clip eps; None = the loss's default (grpo 0.2, dapo 0.2, cispo 1.0 so the IS weight floor is 0)."""
+    clip_eps_high: float | None = Field(None, ge=0)
+    """Upper ratio clip eps; None = the loss's default (grpo 0.2, dapo 0.28 clip-higher, cispo 5.0: cap 6)."""
     kl_beta: float = Field(0.0, ge=0)
-    """k3 KL coefficient to the reference model (F-GRPO uses 0)."""
+    """k3 KL coefficient to the frozen SFT start (DeepSeekMath 0.04; F-GRPO 0). >0 keeps a reference copy."""
     std_mode: Literal["population", "bessel", "none"] = "bessel"
-    """Std used in the group advantage (papers.md 6.2.1)."""
-    aggregation: Literal["token_mean", "seq_mean"] = "token_mean"
-    """Loss aggregation over tokens."""
+    """Std in the group advantage: population (/N), bessel (/N-1, verl's default) or none (papers.md 6.2.1)."""
+    adv_eps: float = Field(1e-6, ge=0)
+    """eps in (R - mean) / (std + eps) (papers.md 6.2.1; verl's 1e-6)."""
+    aggregation: Literal["token_mean", "seq_mean", "token_sum_norm"] = "token_mean"
+    """token_mean (DAPO, F-GRPO App. L.2), seq_mean (DeepSeekMath), token_sum_norm (Dr.GRPO constant normaliser)."""
+    dynamic_sampling: bool = False
+    """DAPO dynamic sampling: retry zero-variance groups with other prompts (off: F-GRPO does not mention it)."""
+    dynamic_sampling_rounds: int = Field(3, ge=1)
+    """Retry rounds per step when dynamic_sampling is on; groups still uniform keep zero advantage."""
+    overlong_buffer: int = Field(0, ge=0)
+    """DAPO soft overlong punishment: last this many tokens before max_new_tokens ramp to -1 (0 = off)."""
+    overlong_penalty: float = Field(1.0, ge=0)
+    """Scale of the overlong punishment added to the reward (success rate still uses the unshaped reward)."""
+    overlong_filter: bool = False
+    """DAPO overlong filtering: truncated completions (no EOS) carry no loss."""
     temperature: float = Field(1.0, gt=0)
-    """Rollout temperature."""
+    """Rollout temperature (F-GRPO: 1.0)."""
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    """Rollout nucleus mass (F-GRPO: 1.0)."""
+    max_new_tokens: int | None = Field(None, ge=1)
+    """Rollout completion cap; None = sampling.max_new_tokens."""
+    parameters: Literal["lora", "full"] = "lora"
+    """Train the LoRA adapter (from the SFT start) or all weights of the merged SFT model (F-GRPO: full)."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Where workers compute: auto = cuda when available (DDP over NCCL), else cpu (gloo)."""
     workers: int = Field(1, ge=1)
-    """Ray Train workers (DDP)."""
+    """Ray Train workers (DDP); groups are split across them, 1 -> N is this field only."""
+    ray_for_single_worker: bool = False
+    """workers=1 runs in-process (same loop, world size 1) unless this forces a one-worker Ray Train run."""
     eval_every: int = Field(50, ge=0)
     """Held-out greedy accuracy every this many steps (0 = never)."""
     checkpoint_every: int = Field(50, ge=0)
@@ -239,18 +285,29 @@ class GRPOConfig(_Strict):
     @field_validator("loss")
     @classmethod
     def _known_loss(cls, v: str) -> str:
-        known = {"grpo", "dapo", "cispo"}
-        if v not in known:
-            raise ValueError(f"unknown loss {v!r}; known: {sorted(known)}")
+        from essaflow.grpo.losses import LOSSES
+
+        if v not in LOSSES:
+            raise ValueError(f"unknown loss {v!r}; known: {sorted(LOSSES)}")
         return v
 
     @field_validator("advantage")
     @classmethod
     def _known_advantage(cls, v: str) -> str:
-        known = {"grpo", "drgrpo"}
-        if v not in known:
-            raise ValueError(f"unknown advantage {v!r}; known: {sorted(known)}")
+        from essaflow.grpo.advantages import ADVANTAGES
+
+        if v not in ADVANTAGES:
+            raise ValueError(f"unknown advantage {v!r}; known: {sorted(ADVANTAGES)}")
         return v
+
+    @model_validator(mode="after")
+    def _batch_splits_evenly(self) -> GRPOConfig:
+        share = self.workers * self.mini_batches
+        if self.prompts_per_step % share:
+            raise ValueError(
+                f"prompts_per_step={self.prompts_per_step} must be a multiple of workers * mini_batches = {share}"
+            )
+        return self
 
 
 class PipelineConfig(_Strict):
@@ -282,6 +339,17 @@ class PipelineConfig(_Strict):
     """MLflow tracking URI; None uses MLFLOW_TRACKING_URI or a local sqlite file."""
     adapter_uri: str | None = None
     """Start from this SFT adapter instead of training one."""
+    promotion_metric: str = "pass@1"
+    """Registry gate: alias champion moves to a new version only if it beats the champion on this eval metric
+    (greedy, or pass@k with k in eval.ks); otherwise the new version becomes challenger."""
+
+    @model_validator(mode="after")
+    def _promotion_metric_measured(self) -> PipelineConfig:
+        measured = {"greedy", *(f"pass@{k}" for k in {1, *self.eval.ks})}
+        if self.promotion_metric not in measured:
+            choices = sorted(measured)
+            raise ValueError(f"promotion_metric {self.promotion_metric!r} is not measured; choose from {choices}")
+        return self
 
 
 def _set_dotted(tree: dict[str, Any], dotted: str, raw: str) -> None:

@@ -381,3 +381,180 @@ def start_seaweedfs(
     url = f"http://{LOCALHOST}:{s3_port}"
     ready = _http_ready(url + "/")
     return start_process("seaweedfs", argv, env, state_dir, s3_port, url=url, ready=ready, timeout=timeout)
+
+
+# ------------------------------------------------------------------------------------- Prefect, MLflow and Ray
+
+
+def _python_module(module: str) -> list[str]:
+    """argv prefix running ``module`` with this Python: the recorded argv0 is then the interpreter itself, which is
+    what /proc shows, so a Service loaded back from its state file still recognises its process."""
+    return [sys.executable, "-m", module]
+
+
+def _base_env(state_dir: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """This process's environment with TMPDIR under the state dir and telemetry off, plus ``extra``."""
+    tmp = state_dir / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    env.update(
+        {
+            "TMPDIR": str(tmp),
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+            "MLFLOW_DISABLE_TELEMETRY": "true",
+            "DO_NOT_TRACK": "1",
+        }
+    )
+    env.update(extra or {})
+    return env
+
+
+def prefect_server_env(state_dir: Path, port: int) -> dict[str, str]:
+    """Settings that keep a Prefect server's home, database and UI pointed at itself on 127.0.0.1:port.
+
+    The UI reads its API address from PREFECT_UI_API_URL; unless that (or PREFECT_SERVER_API_PORT) matches the
+    port, a server on a port other than 4200 serves a UI that talks to :4200 and fails quietly.
+    """
+    api = f"http://{LOCALHOST}:{port}/api"
+    return {
+        "PREFECT_HOME": str(Path(state_dir) / "prefect"),
+        "PREFECT_SERVER_API_HOST": LOCALHOST,
+        "PREFECT_SERVER_API_PORT": str(port),
+        "PREFECT_UI_API_URL": api,
+        "PREFECT_UI_URL": f"http://{LOCALHOST}:{port}",
+        "PREFECT_API_URL": api,
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    }
+
+
+def start_prefect_server(
+    state_dir: Path, port: int, *, scheduler: bool = True, extra_env: dict[str, str] | None = None, timeout=180.0
+) -> Service:
+    """`prefect server start` on 127.0.0.1:port, sqlite database and UI build under ``state_dir/prefect``."""
+    state_dir = Path(state_dir).absolute()
+    env = _base_env(state_dir, prefect_server_env(state_dir, port))
+    if not scheduler:  # tests trigger runs themselves; a cron firing mid-test would only add noise
+        env["PREFECT_SERVER_SERVICES_SCHEDULER_ENABLED"] = "false"
+    env.update(extra_env or {})
+    argv = [*_python_module("prefect"), "server", "start", "--host", LOCALHOST, "--port", str(port)]
+    url = f"http://{LOCALHOST}:{port}"
+    return start_process(
+        "prefect-server", argv, env, state_dir, port, url=url, ready=_http_ready(url + "/api/health"), timeout=timeout
+    )
+
+
+def start_prefect_worker(
+    state_dir: Path,
+    api_url: str,
+    pool: str,
+    *,
+    extra_env: dict[str, str] | None = None,
+    run_once: bool = False,
+    cwd: Path | None = None,
+    timeout: float = 120.0,
+) -> Service:
+    """A process worker polling ``pool`` (created if missing); its health endpoint on a free 127.0.0.1 port.
+
+    The worker ignores a single SIGTERM while a flow runs; :meth:`Service.stop` escalates to SIGKILL.
+    """
+    state_dir = Path(state_dir).absolute()
+    port = free_port()
+    env = _base_env(state_dir, {"PREFECT_API_URL": api_url, "PREFECT_HOME": str(state_dir / "prefect-worker")})
+    env.update({"PREFECT_WORKER_WEBSERVER_HOST": LOCALHOST, "PREFECT_WORKER_WEBSERVER_PORT": str(port)})
+    env.update(extra_env or {})
+    argv = [*_python_module("prefect"), "worker", "start", "--pool", pool, "--type", "process", "--with-healthcheck"]
+    if run_once:
+        argv.append("--run-once")
+    return start_process("prefect-worker", argv, env, state_dir, port, timeout=timeout, cwd=cwd)
+
+
+def start_mlflow_server(
+    state_dir: Path,
+    port: int,
+    *,
+    artifacts_destination: str | None = None,
+    extra_env: dict[str, str] | None = None,
+    timeout: float = 180.0,
+) -> Service:
+    """`mlflow server` on 127.0.0.1:port: sqlite backend in ``state_dir``, artifacts proxied to S3 (or local).
+
+    One worker and no job execution keep it near 0.6 GB. S3 settings (MLFLOW_S3_ENDPOINT_URL, AWS_*) come in
+    ``extra_env``; clients upload through the server and need no S3 credentials of their own.
+    """
+    state_dir = Path(state_dir).absolute()
+    (state_dir / "mlflow").mkdir(parents=True, exist_ok=True)
+    env = _base_env(
+        state_dir,
+        {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", "MLFLOW_DISABLE_TELEMETRY": "true", **(extra_env or {})},
+    )
+    dest = artifacts_destination or (state_dir / "mlflow" / "artifacts").as_uri()
+    argv = [
+        *_python_module("mlflow"),
+        "server",
+        "--host",
+        LOCALHOST,
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+        "--backend-store-uri",
+        f"sqlite:///{state_dir / 'mlflow' / 'mlflow.db'}",
+        "--artifacts-destination",
+        dest,
+    ]
+    url = f"http://{LOCALHOST}:{port}"
+    return start_process(
+        "mlflow-server", argv, env, state_dir, port, url=url, ready=_http_ready(url + "/health"), timeout=timeout
+    )
+
+
+def ray_env(token_path: Path) -> dict[str, str]:
+    """Token auth on, with the token in a file: the head and every client must agree (Ray >= 2.60)."""
+    return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token_path)}
+
+
+def start_ray_head(state_dir: Path, port: int, *, num_cpus: int = 2, timeout: float = 120.0) -> Service:
+    """`ray start --head --block` on port ``port`` with token auth (token file in ``state_dir``, mode 0600).
+
+    Ray binds its other ports on every interface whatever --node-ip-address says; the token is what guards them.
+    Its session files go to a short directory (Ray's unix sockets limit path length), recorded in ray.tmpdir.
+    """
+    import secrets
+    import tempfile
+
+    state_dir = Path(state_dir).absolute()
+    state_dir.mkdir(parents=True, exist_ok=True)
+    token_path = state_dir / "ray_auth_token"
+    if not token_path.exists():
+        fd = os.open(token_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32))
+    temp_dir = state_dir / "ray"
+    if len(str(temp_dir)) > 40:
+        temp_dir = Path(tempfile.mkdtemp(prefix="essaflow-ray-", dir="/tmp"))
+    temp_dir.mkdir(parents=True, exist_ok=True)
+    (state_dir / "ray.tmpdir").write_text(str(temp_dir))
+    env = _base_env(state_dir, {**ray_env(token_path), "RAY_USAGE_STATS_ENABLED": "0"})
+    argv = [
+        *_python_module("ray.scripts.scripts"),
+        "start",
+        "--head",
+        "--block",
+        f"--port={port}",
+        f"--node-ip-address={LOCALHOST}",
+        f"--num-cpus={num_cpus}",
+        "--include-dashboard=false",
+        "--disable-usage-stats",
+        f"--temp-dir={temp_dir}",
+    ]
+    return start_process("ray-head", argv, env, state_dir, port, url=f"{LOCALHOST}:{port}", timeout=timeout)
+
+
+def stop_interrupting(service: Service, timeout: float = 15.0) -> None:
+    """Stop a server that shuts down cleanly on SIGINT but not on SIGTERM: a `ray start --block` head (SIGTERM
+    leaves it waiting) and a Prefect worker (it ignores a single SIGTERM). Both exit in about 0.5-2 s on SIGINT;
+    whatever is left after ``timeout`` gets SIGTERM, then SIGKILL, via :meth:`Service.stop`."""
+    if service.is_running():
+        _signal_group(service.pid, signal.SIGINT)
+        service._wait(timeout)
+    service.stop(timeout=5.0)

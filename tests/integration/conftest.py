@@ -119,3 +119,141 @@ def seaweedfs_factory(tmp_path_factory) -> Iterator:
 def s3_store(seaweedfs) -> S3Store:
     """An S3Store on a fresh prefix of the session server's bucket."""
     return seaweedfs.store(f"t-{uuid.uuid4().hex[:10]}")
+
+
+# ------------------------------------------------------------------------ Prefect server, MLflow server, Ray head
+# Real servers on 127.0.0.1 for the pipeline tests, one of each per session, stopped (by PID) at teardown.
+
+
+class Server:
+    """A started server with how long it took to answer and its memory (whole process group) right after."""
+
+    def __init__(self, service: Service, state_dir: Path, start_s: float):
+        from essaflow.stack import rss_mb
+
+        self.service, self.state_dir, self.start_s = service, state_dir, round(start_s, 1)
+        self.url = service.url
+        self.rss_mb = rss_mb(service.pid)
+
+    def __repr__(self) -> str:
+        return f"Server({self.service.name}, {self.url}, start {self.start_s}s, {self.rss_mb} MB)"
+
+
+def _timed_start(start, *args, **kw) -> tuple[Service, float]:
+    import time
+
+    t0 = time.monotonic()
+    svc = start(*args, **kw)
+    return svc, time.monotonic() - t0
+
+
+@pytest.fixture(scope="session")
+def prefect_server(tmp_path_factory) -> Iterator[Server]:
+    """`prefect server start` with its own home and sqlite database; the scheduler is off (tests trigger runs)."""
+    from essaflow.local_stack import start_prefect_server
+
+    sd = tmp_path_factory.mktemp("prefect-server")
+    svc, took = _timed_start(start_prefect_server, sd, free_port(), scheduler=False)
+    try:
+        yield Server(svc, sd, took)
+    finally:
+        svc.stop()
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory, seaweedfs) -> Iterator[Server]:
+    """`mlflow server`: sqlite backend, artifacts proxied to the session SeaweedFS bucket under mlflow/."""
+    from essaflow.local_stack import start_mlflow_server
+
+    sd = tmp_path_factory.mktemp("mlflow-server")
+    s3 = {
+        "MLFLOW_S3_ENDPOINT_URL": seaweedfs.endpoint_url,
+        "AWS_ACCESS_KEY_ID": seaweedfs.access_key,
+        "AWS_SECRET_ACCESS_KEY": seaweedfs.secret_key,
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+    dest = f"s3://{seaweedfs.bucket}/mlflow"
+    svc, took = _timed_start(start_mlflow_server, sd, free_port(), artifacts_destination=dest, extra_env=s3)
+    try:
+        yield Server(svc, sd, took)
+    finally:
+        svc.stop()
+
+
+@pytest.fixture(scope="session")
+def ray_head(tmp_path_factory) -> Iterator[Server]:
+    """`ray start --head --block` with token auth (token file in its state dir)."""
+    from essaflow.local_stack import start_ray_head
+
+    sd = tmp_path_factory.mktemp("ray-head")
+    svc, took = _timed_start(start_ray_head, sd, free_port(), num_cpus=2)
+    try:
+        yield Server(svc, sd, took)
+    finally:
+        import shutil
+
+        from essaflow.local_stack import stop_interrupting
+
+        stop_interrupting(svc)
+        tmpdir = sd / "ray.tmpdir"
+        if tmpdir.exists():
+            shutil.rmtree(tmpdir.read_text(), ignore_errors=True)
+
+
+class PipelineStack:
+    """The four servers together, the environment pointing a process at them, and every secret they use."""
+
+    def __init__(self, prefect: Server, mlflow: Server, ray: Server, s3: SeaweedFS, prefix: str):
+        from essaflow.local_stack import ray_env
+
+        self.prefect, self.mlflow, self.ray, self.s3 = prefect, mlflow, ray, s3
+        self.storage_uri = f"s3://{s3.bucket}/{prefix}"
+        token_path = ray.state_dir / "ray_auth_token"
+        self.env = {
+            **s3.env,
+            "PREFECT_API_URL": f"{prefect.url}/api",
+            # clients (workers, flow runs, this process) keep their results and cache records in the session
+            "PREFECT_HOME": str(prefect.state_dir / "client-home"),
+            "PREFECT_LOCAL_STORAGE_PATH": str(prefect.state_dir / "client-home" / "storage"),
+            "MLFLOW_TRACKING_URI": mlflow.url,
+            "ESSAFLOW_STORAGE_URI": self.storage_uri,
+            "RAY_ADDRESS": ray.url,
+            **ray_env(token_path),
+            "PREFECT_LOGGING_EXTRA_LOGGERS": "essaflow",
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+            "MLFLOW_DISABLE_TELEMETRY": "true",
+            "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
+            "TOKENIZERS_PARALLELISM": "false",
+        }
+        self.secrets = [s3.access_key, s3.secret_key, token_path.read_text().strip()]
+
+    def __repr__(self) -> str:
+        return f"PipelineStack({self.prefect}, {self.mlflow}, {self.ray}, {self.storage_uri})"
+
+    def subprocess_env(self, **extra: str) -> dict[str, str]:
+        import os
+
+        return {**os.environ, **self.env, **extra}
+
+    def store(self) -> S3Store:
+        return self.s3.store(self.storage_uri.removeprefix(f"s3://{self.s3.bucket}/"))
+
+
+@pytest.fixture(scope="session")
+def pipeline_stack(prefect_server, mlflow_server, ray_head, seaweedfs) -> PipelineStack:
+    return PipelineStack(prefect_server, mlflow_server, ray_head, seaweedfs, f"pipeline-{uuid.uuid4().hex[:8]}")
+
+
+@pytest.fixture
+def stack_in_process(pipeline_stack, monkeypatch) -> Iterator[PipelineStack]:
+    """This test process talks to the stack: environment set, Prefect settings pointed at the server."""
+    from prefect.settings import PREFECT_API_URL, PREFECT_LOCAL_STORAGE_PATH, temporary_settings
+
+    for key, value in pipeline_stack.env.items():
+        monkeypatch.setenv(key, value)
+    updates = {
+        PREFECT_API_URL: pipeline_stack.env["PREFECT_API_URL"],
+        PREFECT_LOCAL_STORAGE_PATH: pipeline_stack.env["PREFECT_LOCAL_STORAGE_PATH"],
+    }
+    with temporary_settings(updates=updates):
+        yield pipeline_stack

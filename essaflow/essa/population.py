@@ -1,0 +1,331 @@
+"""Population evaluation: one fitness per candidate, on a Ray actor pool or in process (ESSA-v3 sec. 3.2, App. A).
+
+Each scorer loads the base model, the SFT adapter and the frozen SVD bases once. Per generation the driver sends
+only what changes: each candidate's offsets (float32), the b prompt indices of the generation's minibatch and a
+sampling seed; a scorer answers (candidate index, fitness). No weights or gradients move (ARCHITECTURE.md
+"Distributed design").
+
+Decisions where the paper is silent (papers.md 6.1):
+- Shared minibatch (6.1.3): every candidate of a generation is scored on the same b prompts, and, when the fitness
+  decodes with temperature > 0, with the same sampling seed (common random numbers), so candidates are ranked on
+  equal terms. The minibatch changes every generation.
+- Decoding (6.1.4): `essa.fitness_temperature` (default 0 = greedy), one completion per prompt, the b prompts of a
+  candidate in one batched generate call. Fitness = mean reward (`eval.reward`) over the b prompts.
+- Merged scoring (`essa.merged_scoring`, default on): a scorer writes W0 + scaling B'A' into each adapted base
+  weight and runs the plain model with the LoRA path switched off: the same function (up to float rounding) with
+  two fewer matmuls per adapted layer, about 25% faster on CPU; the serving path of papers.md 6.1.7. The driver's
+  held-out evaluation and the exported adapter use the LoRA path.
+- `essa.fitness: answer_probability` (an option beside the paper's accuracy, not a black-box reward): the mean
+  teacher-forced probability of the reference answer + EOS, one forward pass for the b prompts. For an exact-match
+  reward it equals the expected reward of one completion sampled at temperature 1 (pass@1), computed exactly
+  instead of estimated from a sample, so it has no decoding noise and no ties; it needs the reference answer.
+- Scheduling (6.1.11): dynamic hand-out instead of a fixed candidate-to-worker map. Each worker holds at most
+  `inflight` candidates; whenever one returns, the next queued candidate goes to the worker that just finished,
+  so a fast worker takes more. Scores do not depend on which worker computed them (same weights, same batch,
+  same seed, one torch thread), so results are identical for any number of workers.
+- Dead workers: a candidate whose worker dies goes back to the front of the queue and is handed to a live worker;
+  Ray restarts the actor (`max_restarts`), which rejoins once its `ready` call answers. Calls are never retried by
+  Ray itself (`max_task_retries=0`), each candidate index is filled exactly once, and a late duplicate would be
+  dropped and counted, so nothing is lost or counted twice in the update.
+- Bytes: the pickle-protocol-5 size of each call's arguments and each reply (the payload Ray serialises, without
+  its fixed per-call envelope). The in-process path counts the same payloads, so figures compare across modes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from essaflow.config import ModelConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ScoringSpec:
+    """Everything a scorer needs, sent once when it starts (counted as setup bytes, not per generation)."""
+
+    model: dict[str, Any]
+    """ModelConfig as a dict."""
+    adapter_dir: str
+    """The SFT adapter (local path every worker can read)."""
+    alpha: float
+    nonnegative: bool
+    prompts: list[str]
+    """The ESSA training split's prompts; per generation only indices into it travel."""
+    answers: list[str]
+    reward: str
+    max_new_tokens: int
+    temperature: float
+    top_p: float = 1.0
+    batch_size: int = 512
+    fitness: str = "accuracy"
+    """accuracy (decode, then reward) or answer_probability (teacher-forced P(reference answer))."""
+    merged: bool = True
+    """Score with B'A' merged into the base weights and the LoRA path off (same function, fewer ops)."""
+
+
+class CandidateScorer:
+    """Base + SFT adapter + SVD bases, loaded once; `score` applies offsets and measures minibatch reward."""
+
+    def __init__(self, spec: ScoringSpec):
+        from essaflow.essa.svd_lora import SVDLoRA
+        from essaflow.models import load_model_with_adapter
+        from essaflow.rewards import get_reward
+        from essaflow.sampling import TransformersGenerator
+
+        self.spec = spec
+        model, tok = load_model_with_adapter(ModelConfig(**spec.model), spec.adapter_dir)
+        if torch.cuda.is_available():
+            model = model.to("cuda")
+        self.svd = SVDLoRA(model, spec.alpha, nonnegative=spec.nonnegative)
+        self.generator = TransformersGenerator(model, tok, spec.batch_size)
+        self.reward = get_reward(spec.reward)
+        self._answer_ids: list[tuple[list[int], list[int]]] | None = None
+        # (LoRA layer, its base weight W0) for merged scoring: W0 + scaling * B'A' is written per candidate.
+        self._merge = [(m, m.base_layer.weight.detach().clone()) for m, _ in self.svd.modules()] if spec.merged else []
+
+    def ready(self) -> int:
+        """The search dimension (the driver checks it matches its own)."""
+        return self.svd.dimension
+
+    def score(self, index: int, offsets: np.ndarray, prompt_idx: np.ndarray, seed: int) -> tuple[int, float]:
+        """Fitness of one candidate on the minibatch (all b prompts in one batched call)."""
+        self.svd.apply(offsets)
+        if not self._merge:
+            return index, self._fitness(prompt_idx, seed)
+        with torch.no_grad():
+            for module, w0 in self._merge:
+                module.base_layer.weight.copy_(w0 + module.get_delta_weight(self.svd.adapter_name))
+        with self.generator.model.disable_adapter():  # plain linear layers: the LoRA path would add B'A' again
+            return index, self._fitness(prompt_idx, seed)
+
+    def _fitness(self, prompt_idx: np.ndarray, seed: int) -> float:
+        if self.spec.fitness == "answer_probability":
+            return self._answer_probability(prompt_idx)
+        outs = self.generator.generate(
+            [self.spec.prompts[i] for i in prompt_idx],
+            n=1,
+            temperature=self.spec.temperature,
+            top_p=self.spec.top_p,
+            max_new_tokens=self.spec.max_new_tokens,
+            seed=seed,
+        )
+        rewards = [self.reward(o[0], self.spec.answers[i]) for o, i in zip(outs, prompt_idx)]
+        return float(np.mean(rewards))
+
+    @torch.no_grad()
+    def _answer_probability(self, prompt_idx: np.ndarray) -> float:
+        """Mean over the minibatch of P(reference answer + EOS | prompt), teacher forced, one forward pass."""
+        tok = self.generator.tokenizer
+        if self._answer_ids is None:  # tokenized once: per-call tokenization would cost more than the forward
+            enc_p = tok(self.spec.prompts, add_special_tokens=False)["input_ids"]
+            enc_a = tok(self.spec.answers, add_special_tokens=False)["input_ids"]
+            self._answer_ids = [(p, a + [tok.eos_token_id]) for p, a in zip(enc_p, enc_a)]
+        rows = [self._answer_ids[i] for i in prompt_idx]
+        width = max(len(p) + len(a) for p, a in rows)
+        ids = torch.full((len(rows), width), tok.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        labels = torch.full((len(rows), width), -100, dtype=torch.long)
+        for r, (p, a) in enumerate(rows):  # right padded: prompt, answer, EOS
+            ids[r, : len(p) + len(a)] = torch.tensor(p + a)
+            mask[r, : len(p) + len(a)] = 1
+            labels[r, len(p) : len(p) + len(a)] = torch.tensor(a)
+        model = self.generator.model
+        device = next(model.parameters()).device
+        logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits[:, :-1].float()
+        labels = labels[:, 1:].to(device)
+        logp = torch.log_softmax(logits, dim=-1).gather(-1, labels.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+        return float(torch.exp((logp * (labels != -100)).sum(dim=1)).mean())
+
+
+def payload_bytes(obj: Any) -> int:
+    """Serialized size of a call's arguments or reply (pickle protocol 5, as Ray's serializer uses)."""
+    return len(pickle.dumps(obj, protocol=5))
+
+
+@dataclass
+class GenerationStats:
+    """What one population evaluation cost."""
+
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    wall_s: float = 0.0
+    redispatched: int = 0
+    """Candidates re-queued because their worker died."""
+    worker_failures: int = 0
+    duplicates_dropped: int = 0
+    per_worker: list[int] = field(default_factory=list)
+    """Candidates each worker scored (dynamic hand-out shows here)."""
+
+    @property
+    def bytes_total(self) -> int:
+        return self.bytes_sent + self.bytes_received
+
+
+class LocalPopulation:
+    """Scores candidates in the driver process, one after another (no Ray): for tests, debugging, one core."""
+
+    def __init__(self, spec: ScoringSpec):
+        self.scorer = CandidateScorer(spec)
+        self.dimension = self.scorer.ready()
+        self.setup_bytes = payload_bytes(spec)
+
+    def evaluate(self, candidates: np.ndarray, prompt_idx: np.ndarray, seed: int) -> tuple[np.ndarray, GenerationStats]:
+        start = time.perf_counter()
+        stats = GenerationStats(per_worker=[0])
+        fitness = np.empty(len(candidates))
+        for i, x in enumerate(candidates.astype(np.float32)):
+            args = (i, x, prompt_idx, seed)
+            stats.bytes_sent += payload_bytes(args)
+            reply = self.scorer.score(*args)
+            stats.bytes_received += payload_bytes(reply)
+            fitness[i] = reply[1]
+            stats.per_worker[0] += 1
+        stats.wall_s = time.perf_counter() - start
+        return fitness, stats
+
+    def close(self) -> None:
+        pass
+
+
+def ensure_ray(num_cpus: int | None = None) -> None:
+    """Connect to RAY_ADDRESS when set, else start a local Ray (no dashboard). No-op when already connected."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    address = os.environ.get("RAY_ADDRESS")
+    if address:
+        ray.init(address=address, include_dashboard=False, logging_level=logging.WARNING)
+    else:
+        ray.init(num_cpus=num_cpus, include_dashboard=False, logging_level=logging.WARNING)
+
+
+class RayPopulation:
+    """A pool of scorer actors with dynamic hand-out and re-dispatch of a dead worker's candidates.
+
+    Args:
+        spec: what every worker loads once.
+        workers: number of actors (one per GPU, or per CPU slot).
+        inflight: candidates queued per worker at a time; 2 hides the driver round trip behind the current score.
+        max_restarts: how often Ray may restart each actor.
+        cpus_per_worker, gpus_per_worker: Ray resources of each actor.
+        worker_class: the scorer class wrapped as the actor (tests pass a subclass that injects faults).
+    """
+
+    def __init__(
+        self,
+        spec: ScoringSpec,
+        workers: int,
+        inflight: int = 2,
+        max_restarts: int = 3,
+        cpus_per_worker: float = 1.0,
+        gpus_per_worker: float = 0.0,
+        worker_class: type = CandidateScorer,
+    ):
+        import ray
+
+        ensure_ray(num_cpus=max(os.cpu_count() or 1, int(np.ceil(workers * cpus_per_worker))))
+        actor_cls = ray.remote(worker_class).options(
+            num_cpus=cpus_per_worker, num_gpus=gpus_per_worker, max_restarts=max_restarts, max_task_retries=0
+        )
+        self.inflight = inflight
+        self.setup_bytes = payload_bytes(spec) * workers
+        self.actors = [actor_cls.remote(spec) for _ in range(workers)]
+        dims = ray.get([a.ready.remote() for a in self.actors])
+        if len(set(dims)) != 1:
+            raise RuntimeError(f"workers disagree on the search dimension: {dims}")
+        self.dimension = dims[0]
+        self._live = set(range(workers))
+        self._rejoining: dict[Any, int] = {}  # ObjectRef of a `ready` call -> worker being restarted by Ray
+        self._pings = [0] * workers
+        self.max_pings = 300  # ~30 s of 0.1 s spaced pings while Ray restarts an actor
+
+    def evaluate(self, candidates: np.ndarray, prompt_idx: np.ndarray, seed: int) -> tuple[np.ndarray, GenerationStats]:
+        """One fitness per candidate (in candidate order); survives workers dying mid-generation."""
+        import ray
+        from ray.exceptions import ActorUnavailableError, RayActorError
+
+        start = time.perf_counter()
+        n_workers = len(self.actors)
+        stats = GenerationStats(per_worker=[0] * n_workers)
+        payload = candidates.astype(np.float32)
+        prompt_idx = np.asarray(prompt_idx, dtype=np.int32)
+        queue: deque[int] = deque(range(len(payload)))
+        fitness: dict[int, float] = {}
+        running: dict[Any, tuple[int, int]] = {}  # ObjectRef -> (worker, candidate)
+        load = [0] * n_workers
+        live, rejoining = self._live, self._rejoining
+
+        def hand_out() -> None:
+            for w in sorted(live, key=lambda w: load[w]):
+                while queue and load[w] < self.inflight:
+                    i = queue.popleft()
+                    args = (i, payload[i], prompt_idx, seed)
+                    stats.bytes_sent += payload_bytes(args)
+                    running[self.actors[w].score.remote(*args)] = (w, i)
+                    load[w] += 1
+
+        hand_out()
+        while len(fitness) < len(payload):
+            if not running and not rejoining:
+                raise RuntimeError("every ESSA worker is dead and none is restarting; cannot finish the generation")
+            (ref,), _ = ray.wait(list(running) + list(rejoining), num_returns=1)
+            if ref in rejoining:
+                w = rejoining.pop(ref)
+                try:
+                    ray.get(ref)
+                    live.add(w)
+                    self._pings[w] = 0
+                    log.warning("ESSA worker %d is back", w)
+                except ActorUnavailableError:  # still restarting: ask again, briefly spaced
+                    self._pings[w] += 1
+                    if self._pings[w] <= self.max_pings:
+                        time.sleep(0.1)
+                        rejoining[self.actors[w].ready.remote()] = w
+                    else:
+                        log.error("ESSA worker %d did not come back after %d pings", w, self.max_pings)
+                except RayActorError:
+                    log.error("ESSA worker %d is dead for good (restarts exhausted?)", w)
+            else:
+                w, i = running.pop(ref)
+                load[w] -= 1
+                try:
+                    index, value = ray.get(ref)
+                except RayActorError:
+                    # The worker died with this candidate: give it to someone else (front of the queue).
+                    queue.appendleft(i)
+                    stats.redispatched += 1
+                    if w in live:
+                        live.discard(w)
+                        stats.worker_failures += 1
+                        log.warning("ESSA worker %d died mid-generation; re-dispatching its candidates", w)
+                        rejoining[self.actors[w].ready.remote()] = w
+                else:
+                    stats.bytes_received += payload_bytes((index, value))
+                    if index != i:
+                        raise RuntimeError(f"worker {w} answered candidate {index} for candidate {i}")
+                    if i in fitness:
+                        stats.duplicates_dropped += 1
+                    else:
+                        fitness[i] = value
+                        stats.per_worker[w] += 1
+            hand_out()
+        stats.wall_s = time.perf_counter() - start
+        return np.array([fitness[i] for i in range(len(payload))]), stats
+
+    def close(self) -> None:
+        import ray
+
+        for actor in self.actors:
+            ray.kill(actor, no_restart=True)
+        self.actors = []

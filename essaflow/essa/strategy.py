@@ -1,0 +1,266 @@
+"""Ask/tell search strategies over the SVD-LoRA offsets, checkpointable without pickle.
+
+- `cma`     full-covariance CMA-ES (Hansen & Ostermeier 2001) through the `cmaes` library, the optimiser of ESSA
+            (ESSA-v3 sec. 3.2; papers.md 2.1 "CMA-ES itself"): standard (mu/mu_w, lambda) defaults, comma selection,
+            no bounds, initial mean = zero offset (the SFT point), sigma0 from the config (papers.md 6.1.1).
+- `sep_cma` separable (diagonal) CMA-ES, a labelled deviation for large d where a d x d covariance is too heavy
+            (papers.md 2.1 notes that at ESSA's dimensions C barely adapts, so the two behave alike).
+- `es`      the peer baseline: plain Gaussian ES (Qiu et al. 2025; papers.md 1.5, 2.5) with z-scored fitness,
+            m <- m + (lr / N) sum_n Z_n eps_n (1/sigma folded into lr), plus antithetic pairs (m +- sigma eps) as the
+            issue asks (Qiu's own runs do not mirror; pairs halve the variance on the linear part of the reward).
+
+Every strategy maximises the reward; `cmaes` minimises, so CMA is told the negated fitness (papers.md 2.1
+"cma.tell(X, -F)"). State is plain numpy arrays and scalars: `state_dict()` returns (JSON-able dict, arrays) and
+`load_state_dict` restores it bit for bit, RNG included, so a resumed run replays the uninterrupted one exactly.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+import numpy as np
+from cmaes import CMA, SepCMA
+
+from essaflow.config import ESSAConfig
+
+Arrays = dict[str, np.ndarray]
+
+
+def dump_attrs(obj: object, prefix: str) -> tuple[dict[str, Any], Arrays]:
+    """Every attribute of obj as JSON (scalars, None, RandomState bookkeeping) + arrays keyed by prefix.
+
+    Used on `cmaes` optimisers, whose whole state is numpy arrays, numpy/Python scalars and one RandomState;
+    anything else raises, so a future `cmaes` that adds an exotic attribute fails loudly instead of resuming wrong.
+    Python floats survive JSON exactly (repr round-trips), numpy scalars keep their dtype.
+    """
+    meta: dict[str, Any] = {}
+    arrays: Arrays = {}
+    for name, value in vars(obj).items():
+        key = f"{prefix}{name}"
+        if isinstance(value, np.random.RandomState):
+            kind, keys, pos, has_gauss, cached = value.get_state(legacy=True)
+            arrays[key] = keys
+            meta[name] = {"t": "rng", "kind": kind, "pos": int(pos), "has_gauss": int(has_gauss), "g": float(cached)}
+        elif isinstance(value, np.ndarray):
+            arrays[key] = value
+            meta[name] = {"t": "array"}
+        elif isinstance(value, np.generic):
+            meta[name] = {"t": "np", "dtype": value.dtype.str, "v": value.item()}
+        elif value is None or isinstance(value, (bool, int, float, str)):
+            meta[name] = {"t": "py", "v": value}
+        else:
+            raise TypeError(f"cannot checkpoint attribute {name!r} of type {type(value).__name__}")
+    return meta, arrays
+
+
+def restore_attrs(obj: object, meta: dict[str, Any], arrays: Arrays, prefix: str) -> None:
+    """Inverse of `dump_attrs`: set every recorded attribute on obj."""
+    for name, m in meta.items():
+        key = f"{prefix}{name}"
+        if m["t"] == "rng":
+            rng = np.random.RandomState()
+            rng.set_state((m["kind"], arrays[key], m["pos"], m["has_gauss"], m["g"]))
+            value: Any = rng
+        elif m["t"] == "array":
+            value = arrays[key].copy()
+        elif m["t"] == "np":
+            value = np.dtype(m["dtype"]).type(m["v"])
+        else:
+            value = m["v"]
+        setattr(obj, name, value)
+
+
+class Strategy(ABC):
+    """One ask/tell interface: `ask()` -> (population, d) candidates, `tell(candidates, fitness)` (higher is better).
+
+    Also tracks the best candidate told so far, for `returned_point: best` (papers.md 6.1.2). Its fitness is on a
+    different minibatch each generation, so "best" is optimistic; the distribution mean is the default.
+    """
+
+    kind: str
+
+    def __init__(self, dimension: int, population: int, returned_point: str = "mean"):
+        self.dimension = dimension
+        self.population = population
+        self.returned_point = returned_point
+        self.best_fitness = -np.inf
+        self.best_point = np.zeros(dimension)
+
+    @abstractmethod
+    def ask(self) -> np.ndarray:
+        """The next generation's candidates, shape (population, dimension), float64."""
+
+    @abstractmethod
+    def _tell(self, candidates: np.ndarray, fitness: np.ndarray) -> None: ...
+
+    @property
+    @abstractmethod
+    def mean(self) -> np.ndarray:
+        """Centre of the search distribution."""
+
+    @property
+    @abstractmethod
+    def sigma(self) -> float:
+        """Current step size."""
+
+    @abstractmethod
+    def _core(self) -> object:
+        """The object whose attributes are the optimiser state."""
+
+    @abstractmethod
+    def _set_core(self, core: object) -> None: ...
+
+    def tell(self, candidates: np.ndarray, fitness: np.ndarray) -> None:
+        """Update on one fitness per candidate, in ask order."""
+        fitness = np.asarray(fitness, dtype=np.float64)
+        if candidates.shape != (self.population, self.dimension) or fitness.shape != (self.population,):
+            raise ValueError(
+                f"tell needs {self.population} candidates of dimension {self.dimension} and one fitness each, "
+                f"got {candidates.shape} and {fitness.shape}"
+            )
+        best = int(np.argmax(fitness))  # first of the tied best
+        if fitness[best] > self.best_fitness:
+            self.best_fitness = float(fitness[best])
+            self.best_point = candidates[best].copy()
+        self._tell(candidates, fitness)
+
+    def result(self) -> np.ndarray:
+        """The returned point: the distribution mean (default) or the best candidate seen (papers.md 6.1.2)."""
+        return (self.best_point if self.returned_point == "best" else self.mean).copy()
+
+    def state_dict(self) -> tuple[dict[str, Any], Arrays]:
+        core = self._core()
+        meta, arrays = dump_attrs(core, "core.")
+        arrays["best_point"] = self.best_point
+        return {
+            "kind": self.kind,
+            "core_class": type(core).__name__,
+            "core": meta,
+            "best_fitness": self.best_fitness,
+            "dimension": self.dimension,
+            "population": self.population,
+        }, arrays
+
+    def load_state_dict(self, meta: dict[str, Any], arrays: Arrays) -> None:
+        if (meta["kind"], meta["dimension"], meta["population"]) != (self.kind, self.dimension, self.population):
+            raise ValueError(
+                f"checkpoint holds strategy {meta['kind']} (d={meta['dimension']}, population={meta['population']}), "
+                f"config asks {self.kind} (d={self.dimension}, population={self.population})"
+            )
+        core = type(self._core()).__new__(type(self._core()))
+        restore_attrs(core, meta["core"], arrays, "core.")
+        self._set_core(core)
+        self.best_fitness = float(meta["best_fitness"])
+        self.best_point = arrays["best_point"].copy()
+
+
+class CMAStrategy(Strategy):
+    """CMA-ES via `cmaes.CMA` (full covariance) or `cmaes.SepCMA` (diagonal) (ESSA-v3 sec. 3.2; papers.md 2.1).
+
+    Library defaults throughout (weights, c_sigma, d_sigma, c_c, c_1, c_mu; `cmaes.CMA` also uses the active
+    negative weights of Hansen's 2016 tutorial), no bounds (papers.md 6.1.1), mean 0 = the SFT point, C = I.
+    """
+
+    def __init__(self, dimension: int, population: int, sigma0: float, seed: int, separable: bool = False, **kw: Any):
+        super().__init__(dimension, population, **kw)
+        self.kind = "sep_cma" if separable else "cma"
+        cls = SepCMA if separable else CMA
+        self._opt = cls(mean=np.zeros(dimension), sigma=sigma0, seed=seed, population_size=population)
+
+    def ask(self) -> np.ndarray:
+        return np.stack([self._opt.ask() for _ in range(self.population)])
+
+    def _tell(self, candidates: np.ndarray, fitness: np.ndarray) -> None:
+        self._opt.tell([(x, -f) for x, f in zip(candidates, fitness)])  # cmaes minimises
+
+    @property
+    def mean(self) -> np.ndarray:
+        return self._opt.mean.copy()
+
+    @property
+    def sigma(self) -> float:
+        return float(self._opt._sigma)
+
+    def _core(self) -> object:
+        return self._opt
+
+    def _set_core(self, core: object) -> None:
+        self._opt = core  # type: ignore[assignment]
+
+
+class _ESState:
+    """The antithetic ES state: plain attributes so `dump_attrs` checkpoints it like a cmaes object."""
+
+    def __init__(self, dimension: int, sigma: float, lr: float, seed: int):
+        self.mean = np.zeros(dimension)
+        self.sigma = float(sigma)
+        self.lr = float(lr)
+        self.rng = np.random.RandomState(seed)
+        self.eps = np.zeros((0, dimension))  # noise of the generation asked and not yet told
+        self.generation = 0
+
+
+def antithetic_gradient(fitness: np.ndarray, eps: np.ndarray, sigma: float) -> np.ndarray:
+    """Unbiased estimate of grad E[F]: mean over pairs of (F(m + sigma e) - F(m - sigma e)) e / (2 sigma).
+
+    `eps` and `fitness` are in ask order, members 2i and 2i+1 being +e_i and -e_i. For a linear F(x) = g.x this
+    is (1/P) sum (g.e_i) e_i, whose expectation is g exactly (E[e eᵀ] = I); the z-scored ES update is this
+    estimate divided by a positive scalar, so it points the same way.
+    """
+    diff = fitness[0::2] - fitness[1::2]
+    return (diff @ eps[0::2]) / (2.0 * sigma * diff.shape[0])
+
+
+class AntitheticES(Strategy):
+    """Plain Gaussian ES with antithetic pairs and z-scored fitness (Qiu et al.; papers.md 1.5, 2.5).
+
+    sigma stays fixed (no step-size adaptation in Qiu's method); the update is m <- m + (lr/N) sum Z_n eps_n with
+    Z = (F - mean F) / (std F + 1e-8) (Qiu's code adds 1e-8) and N = population.
+    """
+
+    kind = "es"
+
+    def __init__(self, dimension: int, population: int, sigma0: float, lr: float, seed: int, **kw: Any):
+        if population % 2:
+            raise ValueError(f"essa.population={population} must be even for antithetic pairs (essa.strategy=es)")
+        super().__init__(dimension, population, **kw)
+        self._s = _ESState(dimension, sigma0, lr, seed)
+
+    def ask(self) -> np.ndarray:
+        s = self._s
+        half = s.rng.randn(self.population // 2, self.dimension)
+        s.eps = np.empty((self.population, self.dimension))
+        s.eps[0::2], s.eps[1::2] = half, -half
+        return s.mean + s.sigma * s.eps
+
+    def _tell(self, candidates: np.ndarray, fitness: np.ndarray) -> None:
+        s = self._s
+        if s.eps.shape[0] != self.population or not np.array_equal(candidates, s.mean + s.sigma * s.eps):
+            raise ValueError("tell must receive exactly the candidates of the last ask, in order")
+        z = (fitness - fitness.mean()) / (fitness.std() + 1e-8)
+        s.mean = s.mean + (s.lr / self.population) * (z @ s.eps)
+        s.eps = np.zeros((0, self.dimension))
+        s.generation += 1
+
+    @property
+    def mean(self) -> np.ndarray:
+        return self._s.mean.copy()
+
+    @property
+    def sigma(self) -> float:
+        return self._s.sigma
+
+    def _core(self) -> object:
+        return self._s
+
+    def _set_core(self, core: object) -> None:
+        self._s = core  # type: ignore[assignment]
+
+
+def make_strategy(cfg: ESSAConfig, dimension: int) -> Strategy:
+    """The strategy named by essa.strategy, seeded by essa.seed, starting at zero offset (papers.md 6.1.1)."""
+    common = {"returned_point": cfg.returned_point}
+    if cfg.strategy == "es":
+        return AntitheticES(dimension, cfg.population, cfg.sigma0, cfg.es_lr, cfg.seed, **common)
+    return CMAStrategy(dimension, cfg.population, cfg.sigma0, cfg.seed, separable=cfg.strategy == "sep_cma", **common)

@@ -1,0 +1,122 @@
+"""Ray Train launch of the GRPO loop: `cfg.grpo.workers` DDP workers (gloo on CPU, NCCL on GPU).
+
+Every worker runs `trainer.run_worker` on its own strided share of the prompt groups (a group never spans
+workers); torch.distributed is set up by Ray Train's TorchTrainer. Rank 0's reports (metrics, checkpoints, the
+final summary) travel to the driver through a Ray queue while `fit()` runs in a background thread, so the
+driver's `on_metrics` / `on_checkpoint` see them live. A driver callback that raises stops the relay and is
+re-raised once the workers have finished (in-process runs raise at once).
+
+Registry entries named by the config (reward, loss, advantage) are shipped to the workers with the payload, so
+estimators or rewards registered only in the driver (a script, a notebook, a test) work on workers too; workers
+must still be able to import the module that defines them unless it is `__main__` (cloudpickle by value).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from essaflow.config import PipelineConfig
+from essaflow.data import Splits
+from essaflow.data.schema import Problem
+from essaflow.grpo.advantages import ADVANTAGES
+from essaflow.grpo.losses import LOSSES
+from essaflow.grpo.trainer import Emit, WorkerInfo, resolve_device, run_worker
+from essaflow.rewards import REWARDS
+
+
+def _problems_payload(problems: list[Problem]) -> list[dict]:
+    return [p.model_dump() for p in problems]
+
+
+def _ray_worker_entry(config: dict) -> None:
+    """Ray Train's train_loop_per_worker: rebuild typed inputs, run the loop, send reports to the driver queue."""
+    import ray.train
+    import ray.train.torch
+
+    ctx = ray.train.get_context()
+    for registry, (name, entry) in zip((REWARDS, LOSSES, ADVANTAGES), config["plugins"]):
+        registry.setdefault(name, entry)  # entries registered only in the driver (a script, a notebook, a test)
+    cfg: PipelineConfig = config["cfg"]
+    info = WorkerInfo(ctx.get_world_rank(), ctx.get_world_size(), ray.train.torch.get_device())
+    queue = config["queue"]
+
+    def emit(kind: str, payload: Any) -> None:
+        if info.rank == 0:
+            queue.put((kind, payload))
+
+    run_worker(
+        cfg,
+        [Problem(**p) for p in config["train"]],
+        [Problem(**p) for p in config["eval"]],
+        Path(config["start"]),
+        Path(config["out_dir"]),
+        Path(config["checkpoint_dir"]) if config["checkpoint_dir"] else None,
+        info,
+        emit,
+    )
+
+
+def run_on_ray(cfg: PipelineConfig, splits: Splits, start: Path, out_dir: Path, ckpt_dir: Path | None, emit: Emit):
+    """Launch `cfg.grpo.workers` Ray Train DDP workers and relay rank 0's reports to `emit` as they arrive."""
+    import ray
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchConfig, TorchTrainer
+    from ray.util.queue import Empty, Queue
+
+    if not ray.is_initialized():
+        ray.init(include_dashboard=False)  # local, or the cluster named by RAY_ADDRESS
+    use_gpu = resolve_device(cfg.grpo.device).type == "cuda"
+    queue = Queue(actor_options={"num_cpus": 0})
+    trainer = TorchTrainer(
+        _ray_worker_entry,
+        train_loop_config={
+            "cfg": cfg,
+            "plugins": [
+                (cfg.eval.reward, REWARDS[cfg.eval.reward]),
+                (cfg.grpo.loss, LOSSES[cfg.grpo.loss]),
+                (cfg.grpo.advantage, ADVANTAGES[cfg.grpo.advantage]),
+            ],
+            "train": _problems_payload(splits.train),
+            "eval": _problems_payload(splits.eval),
+            "start": str(start),
+            "out_dir": str(out_dir),
+            "checkpoint_dir": str(ckpt_dir) if ckpt_dir else None,
+            "queue": queue,
+        },
+        scaling_config=ScalingConfig(num_workers=cfg.grpo.workers, use_gpu=use_gpu, resources_per_worker={"CPU": 1}),
+        torch_config=TorchConfig(backend="nccl" if use_gpu else "gloo"),
+        run_config=RunConfig(name=f"grpo-{int(time.time() * 1000)}", storage_path=str(out_dir.resolve() / "ray")),
+    )
+    outcome: dict[str, Any] = {}
+
+    def fit() -> None:
+        try:
+            outcome["result"] = trainer.fit()
+        except BaseException as err:  # re-raised in the driver thread below
+            outcome["error"] = err
+
+    thread = threading.Thread(target=fit, name="grpo-ray-fit", daemon=True)
+    thread.start()
+    callback_error: BaseException | None = None
+    while True:
+        alive = thread.is_alive()
+        try:
+            kind, payload = queue.get(timeout=0.2)
+        except Empty:
+            if not alive:
+                break
+            continue
+        if callback_error is None:
+            try:
+                emit(kind, payload)
+            except BaseException as err:  # Ray mode: a driver callback error surfaces once the workers stop
+                callback_error = err
+    thread.join()
+    ray.kill(queue.actor)
+    if "error" in outcome:
+        raise outcome["error"]
+    if callback_error is not None:
+        raise callback_error

@@ -1,0 +1,353 @@
+"""Rollouts for GRPO: which prompts a step uses, G samples per prompt, rewards, advantages, log-probs.
+
+Two properties make distributed training a pure config change and resumption exact:
+
+* **Stateless prompt order.** The prompts of step s are a function of (seed, s) only: slot j of step s reads
+  train problem `perm_e[(s * P + j) mod n]`, perm_e a seeded permutation per epoch e. Worker w of W owns slots
+  j = w, w + W, w + 2W, ... so a group never spans workers, and global mini-batch m is the same set of slots
+  whatever W is.
+* **Batch-invariant sampling.** Tokens are drawn by Gumbel-max with noise from a counter-based hash of
+  (seed, step, slot, sample, round, position, token id), not from torch's global RNG. A completion therefore
+  does not depend on which other sequences share its batch or worker: 1 and N workers draw the same rollouts,
+  and a resumed run draws the same rollouts as an uninterrupted one. Gumbel-max over logits / T (after the
+  top-p filter) is an exact sample of the softmax. (At scale, vLLM's per-request seeds give the same property.)
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import torch
+from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, PreTrainedModel
+
+from essaflow.data.schema import Problem
+from essaflow.grpo.advantages import group_advantages
+from essaflow.rewards import get_reward
+
+_M32 = 0xFFFFFFFF
+
+
+def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
+    """(x * c) mod 2^32 for int64 tensors holding uint32, without int64 overflow."""
+    return ((x & 0xFFFF) * c + (((x >> 16) * (c & 0xFFFF)) << 16)) & _M32
+
+
+def mix32(x: torch.Tensor | int) -> torch.Tensor:
+    """lowbias32 integer hash (C. Wellons' hash-prospector): a good 32-bit avalanche, vectorised."""
+    x = torch.as_tensor(x, dtype=torch.int64) & _M32
+    x = x ^ (x >> 16)
+    x = _mul32(x, 0x7FEB352D)
+    x = x ^ (x >> 15)
+    x = _mul32(x, 0x846CA68B)
+    return x ^ (x >> 16)
+
+
+def hash_keys(*parts: torch.Tensor | int) -> torch.Tensor:
+    """Fold integer keys (broadcastable tensors or ints) into one uint32 hash per element."""
+    h = mix32(0x9E3779B9)
+    for p in parts:
+        h = mix32(h ^ mix32(torch.as_tensor(p, dtype=torch.int64) + 0x632BE5AB))
+    return h
+
+
+class GumbelSampler(LogitsProcessor):
+    """Turns HF greedy decoding into exact, batch-invariant sampling: argmax(logits / T + Gumbel noise).
+
+    row_keys[b] identifies the sequence (seed, step, slot, sample, round); the noise of position t and token v is a
+    hash of (row_key, t, v), so it is the same in any batch.
+    """
+
+    def __init__(self, row_keys: torch.Tensor, prompt_width: int, temperature: float, top_p: float = 1.0):
+        self.row_keys = row_keys.view(-1, 1)
+        self.prompt_width = prompt_width
+        self.temperature = temperature
+        self.top_p = top_p
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor) -> torch.Tensor:
+        t = input_ids.shape[1] - self.prompt_width
+        scores = scores / self.temperature
+        if self.top_p < 1.0:
+            sorted_scores, order = scores.sort(dim=-1, descending=True)
+            cum = sorted_scores.softmax(dim=-1).cumsum(dim=-1)
+            drop_sorted = (cum - sorted_scores.softmax(dim=-1)) >= self.top_p  # keep the smallest set reaching top_p
+            drop = drop_sorted.scatter(-1, order, drop_sorted)
+            scores = scores.masked_fill(drop, float("-inf"))
+        vocab = torch.arange(scores.shape[-1], dtype=torch.int64)
+        h = hash_keys(self.row_keys.cpu(), t, vocab[None, :])
+        u = (h.double() + 0.5) / 2.0**32
+        gumbel = -torch.log(-torch.log(u))
+        return scores + gumbel.to(device=scores.device, dtype=scores.dtype)
+
+
+@lru_cache(maxsize=8)
+def _epoch_order(n: int, seed: int, epoch: int) -> tuple[int, ...]:
+    order = list(range(n))
+    random.Random(f"grpo-prompts:{seed}:{epoch}").shuffle(order)
+    return tuple(order)
+
+
+def step_prompt_indices(step: int, prompts_per_step: int, num_train: int, seed: int) -> list[int]:
+    """Train-problem index of every slot of `step`: epoch-wise shuffled, a function of (seed, step) only."""
+    out = []
+    for j in range(prompts_per_step):
+        flat = step * prompts_per_step + j
+        out.append(_epoch_order(num_train, seed, flat // num_train)[flat % num_train])
+    return out
+
+
+def worker_slots(prompts_per_step: int, world_size: int, rank: int) -> list[int]:
+    """Slots of this worker: strided, so every worker holds its share of every global mini-batch."""
+    return list(range(rank, prompts_per_step, world_size))
+
+
+def replacement_index(seed: int, step: int, slot: int, round_: int, num_train: int) -> int:
+    """Dynamic sampling: the problem tried for `slot` in retry round `round_` (stateless, per slot)."""
+    return int(hash_keys(seed, step, slot, round_, 0x5EED).item()) % num_train
+
+
+@dataclass
+class RolloutBatch:
+    """Everything one worker learns from in one step. B = groups * G rows, group g owns rows g*G..g*G+G-1."""
+
+    input_ids: torch.Tensor  # [B, P + C] left-padded prompt then right-padded completion
+    attention_mask: torch.Tensor  # [B, P + C]
+    prompt_width: int  # P
+    completion_ids: torch.Tensor  # [B, C]
+    loss_mask: torch.Tensor  # [B, C] float: completion tokens that carry loss (up to and incl. EOS)
+    slots: list[int]  # [groups] global slot of each group
+    rewards: torch.Tensor  # [groups, G] reward the advantage uses (after any shaping)
+    correct: torch.Tensor  # [groups, G] verifier reward, before shaping
+    advantages: torch.Tensor  # [B] focal-weighted advantages
+    success: torch.Tensor  # [groups] mu_hat
+    focal: torch.Tensor  # [groups] g
+    uniform: torch.Tensor  # [groups] zero-variance after dynamic sampling
+    uniform_first: torch.Tensor  # [groups] zero-variance at the first draw
+    truncated: torch.Tensor  # [B] bool: no EOS within max_new_tokens
+    gen_tokens: int = 0
+    gen_s: float = 0.0
+    retried_groups: int = 0
+    old_logp: torch.Tensor | None = None  # [B, C]
+    ref_logp: torch.Tensor | None = None  # [B, C]
+    extras: dict = field(default_factory=dict)
+
+    @property
+    def group_size(self) -> int:
+        return self.rewards.shape[1]
+
+    def rows_of(self, groups: list[int]) -> torch.Tensor:
+        g = self.group_size
+        return torch.tensor([r for i in groups for r in range(i * g, (i + 1) * g)], dtype=torch.long)
+
+
+@dataclass
+class _Draw:
+    prompt_ids: torch.Tensor
+    prompt_mask: torch.Tensor
+    completion_ids: torch.Tensor
+    completion_mask: torch.Tensor
+    texts: list[str]
+
+
+@torch.no_grad()
+def sample(
+    model: PreTrainedModel,
+    tokenizer,
+    prompts: list[str],
+    row_keys: torch.Tensor,
+    temperature: float,
+    top_p: float,
+    max_new_tokens: int,
+) -> _Draw:
+    """One completion per prompt (repeat prompts for groups), sampled batch-invariantly, with masks."""
+    device = next(model.parameters()).device
+    enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False, padding_side="left")
+    ids, mask = enc["input_ids"].to(device), enc["attention_mask"].to(device)
+    gen_cfg = GenerationConfig(
+        do_sample=False,
+        max_new_tokens=max_new_tokens,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    sampler = GumbelSampler(row_keys, ids.shape[1], temperature, top_p)
+    out = model.generate(
+        input_ids=ids, attention_mask=mask, generation_config=gen_cfg, logits_processor=LogitsProcessorList([sampler])
+    )
+    completion = out[:, ids.shape[1] :].cpu()
+    if completion.shape[1] < max_new_tokens:  # every row stopped early: pad to a fixed width
+        completion = torch.nn.functional.pad(
+            completion, (0, max_new_tokens - completion.shape[1]), value=tokenizer.pad_token_id
+        )
+    is_eos = completion == tokenizer.eos_token_id
+    after_eos = (is_eos.cumsum(dim=1) - is_eos.long()) > 0
+    cmask = (~after_eos).long()
+    completion = completion.masked_fill(after_eos, tokenizer.pad_token_id)
+    texts = tokenizer.batch_decode(completion, skip_special_tokens=True)
+    return _Draw(enc["input_ids"], enc["attention_mask"], completion, cmask, texts)
+
+
+def overlong_penalty(lengths: torch.Tensor, max_len: int, buffer: int) -> torch.Tensor:
+    """DAPO's soft overlong punishment R_len (DAPO sec. 3.4, Eq. 13): 0, then linear down to -1 at max_len."""
+    if buffer <= 0:
+        return torch.zeros_like(lengths, dtype=torch.float32)
+    free = max_len - buffer
+    pen = (free - lengths.float()) / buffer
+    return torch.where(lengths <= free, torch.zeros_like(pen), pen.clamp(min=-1.0))
+
+
+@dataclass(frozen=True)
+class RolloutSettings:
+    """The rollout-side knobs of GRPOConfig, resolved (see essaflow.config.GRPOConfig for each field's meaning)."""
+
+    group_size: int
+    temperature: float
+    top_p: float
+    max_new_tokens: int
+    reward: str
+    advantage: str
+    std_mode: str
+    adv_eps: float
+    gamma: float
+    dynamic_sampling: bool = False
+    dynamic_sampling_rounds: int = 3
+    overlong_buffer: int = 0
+    overlong_penalty: float = 1.0
+    overlong_filter: bool = False
+    seed: int = 0
+
+
+def _draw_groups(model, tokenizer, problems, keys, s: RolloutSettings) -> tuple[_Draw, torch.Tensor, torch.Tensor]:
+    """Sample G per problem; returns the draw and [groups, G] correctness and shaped rewards."""
+    g = s.group_size
+    prompts = [p.prompt for p in problems for _ in range(g)]
+    row_keys = hash_keys(keys[:, None], torch.arange(g)[None, :]).reshape(-1)
+    draw = sample(model, tokenizer, prompts, row_keys, s.temperature, s.top_p, s.max_new_tokens)
+    fn = get_reward(s.reward)
+    answers = [p.answer for p in problems for _ in range(g)]
+    correct = torch.tensor([fn(t, a) for t, a in zip(draw.texts, answers)], dtype=torch.float32)
+    lengths = draw.completion_mask.sum(dim=1)
+    shaped = correct + s.overlong_penalty * overlong_penalty(lengths, s.max_new_tokens, s.overlong_buffer)
+    return draw, correct.view(-1, g), shaped.view(-1, g)
+
+
+def collect(
+    model: PreTrainedModel,
+    tokenizer,
+    train: list[Problem],
+    slots: list[int],
+    step: int,
+    prompts_per_step: int,
+    s: RolloutSettings,
+) -> RolloutBatch:
+    """This worker's groups for `step`: sample, reward, (dynamic sampling), focal-weighted advantages.
+
+    Dynamic sampling (DAPO sec. 3.2), when on, retries each zero-variance group with another problem for that
+    slot, up to `dynamic_sampling_rounds` times. Groups still uniform afterwards are kept with zero advantage
+    (no gradient, but their tokens count in the token-mean denominator): a fixed batch shape per worker keeps
+    DDP in lock-step. This changes the mu_hat distribution the focal weight sees (papers.md 6.2.2).
+    """
+    start = time.perf_counter()
+    index = step_prompt_indices(step, prompts_per_step, len(train), s.seed)
+    problems = [train[index[j]] for j in slots]
+    slot_t = torch.tensor(slots, dtype=torch.int64)
+    draw, correct, rewards = _draw_groups(model, tokenizer, problems, hash_keys(s.seed, step, slot_t, 0), s)
+    g = s.group_size
+    uniform_first = rewards.amax(1) == rewards.amin(1)
+    parts = {
+        "prompt_ids": [draw.prompt_ids],
+        "prompt_mask": [draw.prompt_mask],
+        "completion": [draw.completion_ids],
+        "cmask": [draw.completion_mask],
+    }
+    rows = torch.arange(len(slots) * g).view(-1, g)  # row index of each (group, sample) into the pieces
+    retried = 0
+    if s.dynamic_sampling:
+        offset = len(slots) * g
+        for round_ in range(1, s.dynamic_sampling_rounds + 1):
+            todo = [i for i in range(len(slots)) if bool(rewards[i].amax() == rewards[i].amin())]
+            if not todo:
+                break
+            retried += len(todo)
+            alt = [train[replacement_index(s.seed, step, slots[i], round_, len(train))] for i in todo]
+            keys = hash_keys(s.seed, step, slot_t[todo], round_)
+            d2, c2, r2 = _draw_groups(model, tokenizer, alt, keys, s)
+            parts["prompt_ids"].append(d2.prompt_ids)
+            parts["prompt_mask"].append(d2.prompt_mask)
+            parts["completion"].append(d2.completion_ids)
+            parts["cmask"].append(d2.completion_mask)
+            for k, i in enumerate(todo):  # keep the newest draw of the slot
+                correct[i], rewards[i] = c2[k], r2[k]
+                rows[i] = offset + torch.arange(k * g, (k + 1) * g)
+            offset += len(todo) * g
+    pad = tokenizer.pad_token_id
+    width = max(p.shape[1] for p in parts["prompt_ids"])
+
+    def left_pad(pieces: list[torch.Tensor], value: int) -> torch.Tensor:
+        return torch.cat([torch.nn.functional.pad(p, (width - p.shape[1], 0), value=value) for p in pieces])
+
+    order = rows.reshape(-1)
+    prompt_ids = left_pad(parts["prompt_ids"], pad)[order]
+    prompt_mask = left_pad(parts["prompt_mask"], 0)[order]
+    completion = torch.cat(parts["completion"])[order]
+    cmask = torch.cat(parts["cmask"])[order]
+    truncated = ~(completion == tokenizer.eos_token_id).any(dim=1)
+    loss_mask = cmask.float()
+    if s.overlong_filter:  # DAPO overlong filtering: truncated completions carry no loss
+        loss_mask = loss_mask * (~truncated)[:, None].float()
+    adv = group_advantages(rewards, correct, s.advantage, s.std_mode, s.adv_eps, s.gamma)
+    return RolloutBatch(
+        input_ids=torch.cat([prompt_ids, completion], dim=1),
+        attention_mask=torch.cat([prompt_mask, cmask], dim=1),
+        prompt_width=width,
+        completion_ids=completion,
+        loss_mask=loss_mask,
+        slots=list(slots),
+        rewards=rewards,
+        correct=correct,
+        advantages=adv.advantages.reshape(-1),
+        success=adv.success,
+        focal=adv.focal,
+        uniform=adv.uniform,
+        uniform_first=uniform_first,
+        truncated=truncated,
+        gen_tokens=int(cmask.sum()),
+        gen_s=time.perf_counter() - start,
+        retried_groups=retried,
+    )
+
+
+def token_logprobs(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    prompt_width: int,
+    temperature: float,
+    with_entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """log pi(y_t | x, y_<t) / T-scaled, for the completion tokens: [B, C] (and per-token entropy, detached).
+
+    Position ids follow the attention mask, as in generation, so these are the log-probs the samples were drawn
+    from. Only the last C + 1 positions' logits are materialised (`logits_to_keep`).
+    """
+    width = input_ids.shape[1] - prompt_width
+    device = next(model.parameters()).device
+    input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
+    position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
+    out = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids,
+        logits_to_keep=width + 1,
+        use_cache=False,
+    )
+    logits = out.logits[:, :-1].float() / temperature
+    logp_all = torch.log_softmax(logits, dim=-1)
+    targets = input_ids[:, prompt_width:]
+    logp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    entropy = None
+    if with_entropy:
+        with torch.no_grad():
+            entropy = -(logp_all.exp() * logp_all).sum(dim=-1)
+    return logp, entropy

@@ -1,0 +1,91 @@
+"""The registered model: a base causal LM plus a LoRA adapter behind MLflow's pyfunc interface.
+
+`predict` takes a list of prompt strings and returns one completion per prompt (greedy unless `temperature`
+says otherwise). The file is logged as an MLflow "model from code": MLflow copies it beside the artifacts and runs
+it on load, so nothing is unpickled and the model needs only mlflow, torch, transformers and peft (not essaflow).
+
+Artifacts: `adapter` (a peft adapter directory, tokenizer included) and, when the base is a local checkpoint such
+as the built-in tiny model, `base` (the checkpoint itself, so the model loads on any machine). Otherwise the model
+config names the base (`base_model`, a hub id or path, with `revision`).
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+import mlflow
+from mlflow.pyfunc import PythonModel
+
+# predict has no type hints on purpose: the logged signature (with params) is the contract, not inferred hints.
+warnings.filterwarnings("ignore", message=r"Add type hints to the `predict` method")
+
+DEFAULT_MAX_NEW_TOKENS = 32
+
+
+class AdapterModel(PythonModel):
+    """Base model + LoRA adapter; prompts in, completions out."""
+
+    def load_context(self, context: Any) -> None:
+        import torch
+        from peft import PeftModel
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        cfg = dict(context.model_config or {})
+        base = context.artifacts.get("base") or cfg["base_model"]
+        adapter = context.artifacts["adapter"]
+        dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[
+            cfg.get("dtype", "float32")
+        ]
+        remote = bool(cfg.get("trust_remote_code", False))
+        revision = None if "base" in context.artifacts else cfg.get("revision")
+        tok_dir = adapter if (Path(adapter) / "tokenizer_config.json").exists() else base
+        self.tokenizer = AutoTokenizer.from_pretrained(tok_dir, trust_remote_code=remote)
+        if self.tokenizer.pad_token is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        model = AutoModelForCausalLM.from_pretrained(base, revision=revision, trust_remote_code=remote, dtype=dtype)
+        self.model = PeftModel.from_pretrained(model, adapter).eval()
+        self.max_new_tokens = int(cfg.get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS))
+        self.batch_size = int(cfg.get("batch_size", 64))
+
+    def predict(self, context, model_input, params=None):  # no type hints: the logged signature rules
+        """Completions for `model_input` (a list of prompts; MLflow may hand it over as a one-column frame)."""
+        import torch
+
+        prompts_all = _as_prompts(model_input)
+        params = params or {}
+        max_new = int(params.get("max_new_tokens", self.max_new_tokens))
+        temperature = float(params.get("temperature", 0.0))
+        tok = self.tokenizer
+        out: list[str] = []
+        with torch.no_grad():
+            for start in range(0, len(prompts_all), self.batch_size):
+                prompts = prompts_all[start : start + self.batch_size]
+                enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False, padding_side="left")
+                sample = temperature > 0
+                gen = self.model.generate(
+                    **enc,
+                    do_sample=sample,
+                    temperature=temperature if sample else None,
+                    top_p=None,
+                    top_k=0 if sample else None,
+                    max_new_tokens=max_new,
+                    pad_token_id=tok.pad_token_id,
+                    eos_token_id=tok.eos_token_id,
+                )
+                completions = gen[:, enc["input_ids"].shape[1] :]
+                out.extend(tok.batch_decode(completions, skip_special_tokens=True))
+        return out
+
+
+def _as_prompts(model_input: Any) -> list[str]:
+    if hasattr(model_input, "iloc"):  # pandas DataFrame / Series, as the pyfunc schema enforcement builds
+        col = model_input.iloc[:, 0] if getattr(model_input, "ndim", 1) == 2 else model_input
+        return [str(p) for p in col.tolist()]
+    if isinstance(model_input, str):
+        return [model_input]
+    return [str(p) for p in list(model_input)]
+
+
+mlflow.models.set_model(AdapterModel())

@@ -1,0 +1,1 @@
+"""Prefect flows: the pipelines a user triggers from the UI, a schedule or the CLI."""

@@ -1,0 +1,36 @@
+"""The main pipeline: data -> baseline pass@k -> SFT warm start -> ESSA or F-GRPO -> pass@k -> registry.
+
+Each stage is a task that writes its artifact to storage and returns a small reference; a failed stage is retried
+(training resumes from its last checkpoint), and the same dataset config is a cache hit.
+"""
+
+from __future__ import annotations
+
+from prefect import flow
+
+from essaflow.config import PipelineConfig
+from essaflow.pipeline_io import PipelineResult
+from tasks.data import prepare_dataset
+from tasks.evaluation import evaluate
+from tasks.model import build_base_model
+from tasks.registry import register
+from tasks.run import close_run, mark_failed, open_run
+from tasks.training import train, warm_start
+
+
+@flow(name="finetune", on_failure=[mark_failed], on_crashed=[mark_failed])
+def finetune(config: PipelineConfig = PipelineConfig()) -> PipelineResult:
+    """Fine-tune a LoRA adapter with ESSA or F-GRPO, evaluate pass@k before and after, register it in MLflow."""
+    run = open_run(config)  # storage and MLflow reachable, credentials accepted; else fail before any compute
+    dataset = prepare_dataset(config.data, run.storage_uri)
+    base = build_base_model(config.model)
+    before = evaluate(config, dataset, None, "base", run)
+    sft = warm_start(config, dataset, run)
+    tuned = train(config, dataset, sft, run)
+    after = evaluate(config, dataset, tuned, "tuned", run)
+    model = register(config, dataset, base, tuned, before, after, run)
+    return close_run(run, dataset, base, sft, tuned, before, after, model)
+
+
+if __name__ == "__main__":
+    print(finetune().model_dump_json(indent=2))

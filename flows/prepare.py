@@ -1,0 +1,20 @@
+"""Data only: load, validate, split and publish a dataset (a cache hit when the same config was prepared)."""
+
+from __future__ import annotations
+
+from prefect import flow
+
+from essaflow.config import DataConfig, PipelineConfig
+from essaflow.pipeline_io import DatasetRef, check_storage, storage_uri_for
+from tasks.data import prepare_dataset
+
+
+@flow(name="prepare")
+def prepare(data: DataConfig = DataConfig(), storage_uri: str = PipelineConfig().storage_uri) -> DatasetRef:
+    """Prepare the dataset named by `data` in the store at `storage_uri`."""
+    root = check_storage(storage_uri_for(PipelineConfig(storage_uri=storage_uri)))
+    return prepare_dataset(data, root)
+
+
+if __name__ == "__main__":
+    print(prepare().model_dump_json(indent=2))

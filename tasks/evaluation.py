@@ -1,0 +1,106 @@
+"""pass@k evaluation of the base model, a tuned adapter, or a registered model version."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from prefect import get_run_logger, task
+from prefect.artifacts import create_table_artifact
+from prefect.tasks import exponential_backoff
+
+from essaflow import tracking
+from essaflow.config import EvalConfig, ModelConfig, PipelineConfig, SamplingConfig
+from essaflow.pipeline_io import (
+    AdapterRef,
+    DatasetRef,
+    EvalRef,
+    RunRef,
+    Timer,
+    fetch_dir,
+    publish_eval,
+    read_dataset,
+)
+from essaflow.storage import open_store
+from essaflow.warm_start import evaluate_adapter
+from tasks.retry import transient_only
+from tasks.run import record_stage, tracked
+
+
+def _protocol(eval_cfg: EvalConfig, sampling: SamplingConfig) -> dict:
+    return {"eval": eval_cfg.model_dump(mode="json"), "sampling": sampling.model_dump(mode="json")}
+
+
+def _table(ref: EvalRef) -> list[dict]:
+    return [{"metric": k, "value": round(v, 4)} for k, v in ref.summary.items()]
+
+
+@task(
+    name="evaluate",
+    task_run_name="evaluate-{label}",
+    retries=2,
+    retry_delay_seconds=exponential_backoff(backoff_factor=2),
+    retry_jitter_factor=0.5,
+    retry_condition_fn=transient_only,
+    on_completion=[record_stage],
+)
+def evaluate(
+    config: PipelineConfig, dataset: DatasetRef, adapter: AdapterRef | None, label: str, run: RunRef
+) -> EvalRef:
+    """pass@k on the eval split (same samples budget and seed for every label), stored under runs/<id>/eval/."""
+    timer = Timer()
+    with timer.part("storage"):
+        splits = read_dataset(dataset)
+        adapter_dir = fetch_dir(adapter.uri, adapter.digest) if adapter is not None else None
+    with timer.part("compute"):
+        report = evaluate_adapter(config.model, adapter_dir, splits.eval, config.eval, config.sampling)
+    with timer.part("storage"):
+        ref = publish_eval(open_store(run.storage_uri), run, label, report, _protocol(config.eval, config.sampling))
+    with timer.part("tracking"):
+        tracking.log_eval(tracked(run), label, report)
+    create_table_artifact(_table(ref), key=f"passk-{label}", description=f"pass@k of {label} ({ref.uri})")
+    get_run_logger().info("%s: %s", label, {k: round(v, 3) for k, v in ref.summary.items()})
+    return ref.model_copy(update={"stage": f"evaluate-{label}", "timings": timer.timings()})
+
+
+@task(
+    name="evaluate_registered",
+    task_run_name="evaluate-{model_name}-{alias}",
+    retries=2,
+    retry_delay_seconds=exponential_backoff(backoff_factor=2),
+    retry_jitter_factor=0.5,
+    retry_condition_fn=transient_only,
+    on_completion=[record_stage],
+)
+def evaluate_registered(
+    model_name: str,
+    alias: str,
+    dataset: DatasetRef,
+    eval_cfg: EvalConfig,
+    sampling: SamplingConfig,
+    run: RunRef,
+) -> EvalRef:
+    """pass@k of `models:/<name>@<alias>` with our protocol; report in runs/<id>/eval/<name>-<alias>/."""
+    timer = Timer()
+    label = f"{model_name}-{alias}"
+    with timer.part("tracking"), tempfile.TemporaryDirectory(prefix="essaflow-registered-") as tmp:
+        version = tracking.client(run.tracking_uri).get_model_version_by_alias(model_name, alias)
+        files = tracking.download_registered(run.tracking_uri, model_name, str(version.version), Path(tmp))
+        with timer.part("storage"):
+            splits = read_dataset(dataset)
+        mc = files["model_config"]
+        model_cfg = ModelConfig(
+            name_or_path=files["artifacts"].get("base", mc.get("base_model")),
+            revision=None if "base" in files["artifacts"] else mc.get("revision"),
+            dtype=mc.get("dtype", "float32"),
+            trust_remote_code=bool(mc.get("trust_remote_code", False)),
+        )
+        with timer.part("compute"):
+            report = evaluate_adapter(model_cfg, Path(files["artifacts"]["adapter"]), splits.eval, eval_cfg, sampling)
+    with timer.part("storage"):
+        ref = publish_eval(open_store(run.storage_uri), run, label, report, _protocol(eval_cfg, sampling))
+    with timer.part("tracking"):
+        tracking.log_eval(tracked(run), label, report)
+        tracking.set_tags(tracked(run), {"essaflow.evaluated_model": f"models:/{model_name}/{version.version}"})
+    create_table_artifact(_table(ref), key="passk-registered", description=f"pass@k of {model_name}@{alias}")
+    return ref.model_copy(update={"stage": f"evaluate-{label}", "timings": timer.timings()})

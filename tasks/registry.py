@@ -1,0 +1,88 @@
+"""Model registration: the adapter as an MLflow pyfunc model, one version per pipeline run, the promotion gate."""
+
+from __future__ import annotations
+
+import json
+
+from prefect import get_run_logger, task
+from prefect.tasks import exponential_backoff
+
+from essaflow import tracking
+from essaflow.config import PipelineConfig
+from essaflow.pipeline_io import (
+    AdapterRef,
+    DatasetRef,
+    EvalRef,
+    ModelRef,
+    RegisteredRef,
+    RunRef,
+    Timer,
+    fetch_dir,
+    read_eval_report,
+)
+from tasks.retry import transient_only
+from tasks.run import record_stage, tracked
+
+
+@task(
+    name="register",
+    task_run_name="register",
+    retries=3,
+    retry_delay_seconds=exponential_backoff(backoff_factor=2),
+    retry_jitter_factor=0.5,
+    retry_condition_fn=transient_only,
+    on_completion=[record_stage],
+)
+def register(
+    config: PipelineConfig,
+    dataset: DatasetRef,
+    base: ModelRef,
+    adapter: AdapterRef,
+    before: EvalRef,
+    after: EvalRef,
+    run: RunRef,
+) -> RegisteredRef:
+    """Register the tuned adapter (idempotent per run); champion only if it beats the current one."""
+    timer = Timer()
+    metric = config.promotion_metric
+    with timer.part("storage"):
+        adapter_dir = fetch_dir(adapter.uri, adapter.digest)
+        reports = {before.label: read_eval_report(before), after.label: read_eval_report(after)}
+    tags = {
+        "method": config.method,
+        "base_model": config.model.name_or_path,
+        "dataset_hash": dataset.hash,
+        "dataset_uri": dataset.uri,
+        "adapter_uri": adapter.uri,
+        "adapter_digest": adapter.digest,
+        "pass_at_k": json.dumps({k: round(v, 4) for k, v in after.summary.items()}),
+        "baseline_pass_at_k": json.dumps({k: round(v, 4) for k, v in before.summary.items()}),
+        "eval_protocol": f"n={after.samples_per_problem} problems={after.num_problems} seed={config.eval.seed}",
+        "git_commit": tracking.git_commit(),
+        "storage_run_uri": f"{run.storage_uri.rstrip('/')}/{run.run_prefix}",
+        "prefect.flow_run_id": run.flow_run_id or "",
+    }
+    with timer.part("tracking"):
+        tracking.log_comparison(tracked(run), reports)
+        reg = tracking.register_adapter(
+            tracked(run),
+            run.run_id,
+            config.name,
+            adapter_dir,
+            config.model,
+            base.local_path,
+            config.sampling,
+            tags,
+            metric,
+            after.summary[metric],
+        )
+    get_run_logger().info("registered %s v%s: %s", reg.name, reg.version, reg.decision)
+    return RegisteredRef(
+        name=reg.name,
+        version=reg.version,
+        aliases=reg.aliases,
+        decision=reg.decision,
+        model_uri=reg.model_uri,
+        stage="register",
+        timings=timer.timings(),
+    )

@@ -1,0 +1,212 @@
+"""Opening and closing a pipeline run: preflight checks, the MLflow run, the summary artifacts in the Prefect UI."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections import defaultdict
+from typing import Any
+
+from prefect import get_run_logger, task
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.runtime import flow_run
+
+from essaflow import tracking
+from essaflow.config import PipelineConfig
+from essaflow.pipeline_io import (
+    AdapterRef,
+    DatasetRef,
+    EvalRef,
+    ModelRef,
+    PipelineResult,
+    RegisteredRef,
+    RunRef,
+    Timer,
+    check_storage,
+    storage_uri_for,
+)
+from tasks.progress import notify
+
+PIPELINE_STAGES = 8  # open_run .. register, for the terminal's stage counter
+
+
+class _QuietStageHook(logging.Filter):
+    """Prefect logs two INFO lines per hook call; record_stage runs after every stage and says nothing useful."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "'record_stage'" not in record.getMessage()
+
+
+logging.getLogger("prefect.task_runs").addFilter(_QuietStageHook())
+#: flow run id -> task run name -> (wall seconds as the task engine recorded them, final state name)
+_STAGES: dict[str, dict[str, tuple[float, str]]] = defaultdict(dict)
+
+
+def record_stage(task: Any, task_run: Any, state: Any) -> None:
+    """Task completion hook: the stage's wall time including retries and orchestration (0 for a cache hit)."""
+    start, end = task_run.start_time, task_run.end_time or state.timestamp
+    wall = (end - start).total_seconds() if start and end else 0.0
+    stages = _STAGES[str(task_run.flow_run_id)]
+    stages[task_run.name] = (round(wall, 2), state.name)
+    notify("pipeline", len(stages), PIPELINE_STAGES, task_run.name)
+
+
+def tracked(run: RunRef) -> tracking.TrackedRun:
+    return tracking.TrackedRun(run.tracking_uri, run.experiment_id, run.mlflow_run_id)
+
+
+@task(name="open_run", task_run_name="open_run", retries=0, on_completion=[record_stage])
+def open_run(config: PipelineConfig) -> RunRef:
+    """Preflight (storage and MLflow reachable, credentials accepted) before any compute, then the MLflow run.
+
+    No retries: an unreachable server or a rejected credential is reported at once, naming the URI.
+    """
+    timer = Timer()
+    started_at = time.time()
+    run_id = flow_run.get_id() or uuid.uuid4().hex
+    with timer.part("storage"):
+        storage_uri = check_storage(storage_uri_for(config))
+    with timer.part("tracking"):
+        tracking_uri = tracking.resolve_tracking_uri(config.tracking_uri)
+        tracking.check_tracking(tracking_uri)
+        tags = {
+            "essaflow.method": config.method,
+            "essaflow.storage_uri": storage_uri,
+            "essaflow.run_uri": f"{storage_uri.rstrip('/')}/runs/{run_id}",
+            "essaflow.git_commit": tracking.git_commit(),
+            "prefect.flow_run_id": flow_run.get_id() or "",
+            "prefect.flow_run_name": flow_run.get_name() or "",
+        }
+        ui_url = flow_run.get_flow_run_ui_url() or ""
+        if ui_url.startswith("http"):
+            tags["prefect.flow_run_url"] = ui_url
+        mlrun = tracking.open_run(config, tracking_uri, run_id, tags)
+    get_run_logger().info(
+        "run %s: storage %s, MLflow run %s at %s",
+        run_id,
+        storage_uri,
+        mlrun.run_id,
+        mlrun.url or tracking.safe_uri(tracking_uri),
+    )
+    return RunRef(
+        run_id=run_id,
+        name=config.name,
+        storage_uri=storage_uri,
+        tracking_uri=tracking_uri,
+        experiment_id=mlrun.experiment_id,
+        mlflow_run_id=mlrun.run_id,
+        mlflow_url=mlrun.url,
+        flow_run_id=flow_run.get_id(),
+        started_at=started_at,
+        stage="open_run",
+        timings=timer.timings(),
+    )
+
+
+def _stage_walls(flow_run_id: str | None) -> tuple[dict[str, float], set[str]]:
+    stages = _STAGES.pop(str(flow_run_id), {})
+    return {k: v[0] for k, v in stages.items()}, {k for k, v in stages.items() if v[1] == "Cached"}
+
+
+def _passk_rows(before: EvalRef, after: EvalRef) -> list[dict[str, Any]]:
+    return [
+        {
+            "metric": k,
+            "before": round(before.summary[k], 4),
+            "after": round(v, 4),
+            "delta": round(v - before.summary[k], 4),
+        }
+        for k, v in after.summary.items()
+        if k in before.summary
+    ]
+
+
+def _markdown(
+    run: RunRef, dataset: DatasetRef, adapter: AdapterRef, before: EvalRef, after: EvalRef, model: RegisteredRef
+) -> str:
+    mlflow_link = f"[MLflow run]({run.mlflow_url})" if run.mlflow_url else f"MLflow run `{run.mlflow_run_id}`"
+    rows = "\n".join(
+        f"| {r['metric']} | {r['before']} | {r['after']} | {r['delta']:+} |" for r in _passk_rows(before, after)
+    )
+    return f"""# Fine-tune `{run.name}`: {model.name} v{model.version} ({", ".join(model.aliases)})
+
+{mlflow_link} (tracking `{tracking.safe_uri(run.tracking_uri)}`), registered model `{model.model_uri}`.
+Promotion gate: {model.decision}.
+
+| metric | before | after | delta |
+|---|---|---|---|
+{rows}
+
+## Artifacts
+- dataset `{dataset.hash}` ({dataset.sizes}): `{dataset.uri}`
+- adapter ({adapter.kind}, {adapter.steps} steps): `{adapter.uri}`
+- eval reports: `{before.uri}`, `{after.uri}`
+- checkpoints: `{run.storage_uri.rstrip("/")}/{run.run_prefix}/checkpoints/`
+"""
+
+
+@task(name="close_run", task_run_name="close_run", retries=2, retry_delay_seconds=[1, 4])
+def close_run(
+    run: RunRef,
+    dataset: DatasetRef,
+    base: ModelRef,
+    sft: AdapterRef,
+    adapter: AdapterRef,
+    before: EvalRef,
+    after: EvalRef,
+    model: RegisteredRef,
+) -> PipelineResult:
+    """Summary artifacts (markdown with links, pass@k before/after table), final MLflow tags, run finished."""
+    create_table_artifact(_passk_rows(before, after), key="passk-before-after", description="pass@k before and after")
+    create_markdown_artifact(
+        _markdown(run, dataset, adapter, before, after, model), key="finetune-summary", description=run.run_id
+    )
+    walls, cached = _stage_walls(run.flow_run_id)
+    flow_s = round(time.time() - run.started_at, 2)
+    parts: dict[str, float] = {"compute": 0.0, "storage": 0.0, "tracking": 0.0}
+    for ref in (run, dataset, base, sft, adapter, before, after, model):
+        if ref.stage in cached:
+            continue
+        for k in parts:
+            parts[k] += ref.timings.get(k, 0.0)
+    tracking.set_tags(
+        tracked(run),
+        {
+            "essaflow.model": model.model_uri,
+            "essaflow.aliases": ",".join(model.aliases),
+            "essaflow.dataset_uri": dataset.uri,
+            "essaflow.adapter_uri": adapter.uri,
+        },
+    )
+    tracking.finish_run(tracked(run))
+    return PipelineResult(
+        run_id=run.run_id,
+        before=before.summary,
+        after=after.summary,
+        model_name=model.name,
+        model_version=model.version,
+        aliases=model.aliases,
+        decision=model.decision,
+        tracking_uri=tracking.safe_uri(run.tracking_uri),
+        storage_uri=run.storage_uri,
+        mlflow_run_id=run.mlflow_run_id,
+        dataset_uri=dataset.uri,
+        adapter_uri=adapter.uri,
+        stages=walls,
+        cached=sorted(cached),
+        flow_s=flow_s,
+        parts={k: round(v, 2) for k, v in parts.items()},
+    )
+
+
+def mark_failed(flow: Any, flow_run: Any, state: Any) -> None:
+    """Flow hook: a failed or crashed pipeline run leaves its MLflow run FAILED, not RUNNING forever."""
+    params = flow_run.parameters or {}
+    cfg = params.get("config") or params.get("params") or {}
+    uri = tracking.resolve_tracking_uri(cfg.get("tracking_uri") if isinstance(cfg, dict) else None)
+    try:
+        tracking.check_tracking(uri, timeout=2.0)
+        tracking.fail_run(uri, str(flow_run.id))
+    except Exception as e:  # the failure may be MLflow itself; the flow's own error is what matters
+        get_run_logger().warning("could not mark the MLflow run failed: %s", tracking.scrub(str(e)))

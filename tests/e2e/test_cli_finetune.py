@@ -1,0 +1,76 @@
+"""`essaflow run` and `essaflow eval` end to end on the embedded default: Prefect's temporary local API, a sqlite
+MLflow file, file:// storage, the built-in tiny model; nothing started by the user."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.e2e
+REPO = Path(__file__).resolve().parents[2]
+TINY = {
+    "name": "e2e-tiny",
+    "method": "none",
+    "data": {"synthetic": {"num_problems": 300}, "eval_size": 16},
+    "eval": {"samples_per_problem": 4, "ks": [1, 2, 4]},
+    "sampling": {"max_new_tokens": 6, "batch_size": 256},
+    "sft": {"steps": 10, "batch_size": 16},
+}
+KEYS = {"before", "after", "model_name", "model_version", "aliases", "tracking_uri", "storage_uri", "wall_s", "stages"}
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("e2e")
+    (d / "tiny.yaml").write_text(yaml.safe_dump(TINY))
+    return d
+
+
+def essaflow(workdir: Path, *args: str) -> tuple[dict, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MLFLOW_", "AWS_", "ESSAFLOW_S"))}
+    env.update({"PREFECT_HOME": str(workdir / "prefect-home"), "ESSAFLOW_CACHE_DIR": os.environ["ESSAFLOW_CACHE_DIR"]})
+    env.pop("ESSAFLOW_STORAGE_URI", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "essaflow.cli", *args], cwd=workdir, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
+
+
+def test_run_prints_the_pipeline_summary_as_its_last_json_line(workdir):
+    out, _ = essaflow(workdir, "run", "tiny.yaml", "--no-progress")
+    assert set(out) >= KEYS
+    assert out["model_name"] == "e2e-tiny" and out["model_version"] == "1" and out["aliases"] == ["champion"]
+    assert out["storage_uri"] == (workdir / ".essaflow" / "store").as_uri()
+    assert out["tracking_uri"].startswith("sqlite:///") and (workdir / ".essaflow" / "mlflow.db").exists()
+    assert set(out["stages"]) >= {
+        "prepare_dataset",
+        "evaluate-base",
+        "warm_start",
+        "train",
+        "evaluate-tuned",
+        "register",
+    }
+    assert set(out["before"]) == {"greedy", "pass@1", "pass@2", "pass@4"}
+    assert 0 < out["overhead"]["share"] < 1
+
+
+def test_a_second_run_hits_the_dataset_cache_and_meets_the_promotion_gate(workdir):
+    out, _ = essaflow(workdir, "run", "tiny.yaml", "--no-progress")
+    assert out["cached"] == ["prepare_dataset"]
+    assert out["model_version"] == "2"
+    # same data, same cached SFT adapter, same eval seed: an equal score does not dethrone the champion
+    assert out["aliases"] == ["challenger"] and "does not beat v1" in out["decision"]
+
+
+def test_eval_scores_the_champion_from_the_registry(workdir):
+    out, _ = essaflow(workdir, "eval", "--model", "e2e-tiny", "--alias", "champion", "-c", "tiny.yaml")
+    assert out["model"] == "e2e-tiny@champion"
+    assert set(out["pass_at_k"]) == {"greedy", "pass@1", "pass@2", "pass@4"}
+    assert out["report_uri"].startswith("file://")

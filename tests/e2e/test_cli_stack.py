@@ -1,0 +1,85 @@
+"""`essaflow stack up|status|env|down` and `essaflow deploy`: every server on 127.0.0.1 with PID and log under one
+state directory, the Prefect UI pointed at its own API (not :4200), and a clean stop by PID."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from essaflow.local_stack import _pid_alive
+
+pytestmark = pytest.mark.e2e
+REPO = Path(__file__).resolve().parents[2]
+
+
+def essaflow(*args: str, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run(
+        [sys.executable, "-m", "essaflow.cli", *args],
+        cwd=REPO,
+        env=env or dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if check:
+        assert proc.returncode == 0, proc.stderr[-4000:]
+    return proc
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    state = tmp_path_factory.mktemp("stack")
+    up = essaflow("stack", "up", "--state-dir", str(state))
+    services = json.loads(up.stdout.strip().splitlines()[-1])["services"]
+    try:
+        yield state, services
+    finally:
+        essaflow("stack", "down", "--state-dir", str(state), check=False)
+
+
+def test_stack_up_starts_every_server_on_localhost_with_pid_and_log_in_one_state_dir(stack):
+    state, services = stack
+    assert set(services) == {"seaweedfs", "mlflow-server", "prefect-server", "ray-head", "prefect-worker"}
+    for name, info in services.items():
+        assert "127.0.0.1" in info["url"], name
+        assert (state / f"{name}.service.json").exists() and (state / f"{name}.log").exists()
+        print(f"{name}: start {info['start_s']}s, {info['rss_mb']} MB")
+    assert oct((state / "credentials.json").stat().st_mode)[-3:] == "600"
+    assert oct((state / "stack.env").stat().st_mode)[-3:] == "600"
+    status = json.loads(essaflow("stack", "status", "--state-dir", str(state)).stdout.strip().splitlines()[-1])
+    assert all(s["healthy"] for s in status["services"].values()), status
+
+
+def test_the_prefect_ui_served_by_the_stack_talks_to_its_own_api(stack):
+    _, services = stack
+    url = services["prefect-server"]["url"]
+    assert not url.endswith(":4200")
+    with urllib.request.urlopen(f"{url}/ui-settings", timeout=10) as r:
+        assert json.loads(r.read())["api_url"] == f"{url}/api"
+
+
+def test_deploy_from_the_stack_environment(stack):
+    state, _ = stack
+    exports = essaflow("stack", "env", "--state-dir", str(state)).stdout
+    env = dict(os.environ)
+    for line in exports.splitlines():
+        key, _, value = line.removeprefix("export ").partition("=")
+        env[key] = value.strip("'")
+    out = essaflow("deploy", env=env)
+    assert json.loads(out.stdout.strip().splitlines()[-1])["deployed"] == "all"
+    secret = json.loads((state / "credentials.json").read_text())["secret_key"]
+    assert secret not in out.stdout + out.stderr
+
+
+def test_stack_down_stops_every_server_by_pid(stack):
+    state, services = stack
+    down = json.loads(essaflow("stack", "down", "--state-dir", str(state)).stdout.strip().splitlines()[-1])
+    assert set(down["services"].values()) == {"stopped"}
+    assert not [n for n, info in services.items() if _pid_alive(info["pid"])]
+    assert essaflow("stack", "status", "--state-dir", str(state), check=False).returncode == 1

@@ -1,0 +1,95 @@
+"""Bad input stops `essaflow run` before any compute, with one clear error naming the problem, leaving nothing
+behind: an unknown config key, an unreachable S3 endpoint, wrong S3 credentials, an unreachable MLflow server."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+
+import pytest
+import yaml
+
+from essaflow.local_stack import free_port
+from tests.integration.pipeline_support import REPO, leaks, tiny
+
+pytestmark = pytest.mark.integration
+
+
+def _run(cfg: dict, env: dict, tmp_path) -> subprocess.CompletedProcess:
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    cmd = [sys.executable, "-m", "essaflow.cli", "run", str(path), "--no-progress"]
+    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture
+def case(pipeline_stack):
+    """A fresh pipeline name and storage prefix, so 'nothing left behind' can be checked exactly."""
+    name = f"bad-{uuid.uuid4().hex[:6]}"
+    return name, f"{pipeline_stack.storage_uri}/{name}"
+
+
+def _error_line(proc: subprocess.CompletedProcess) -> str:
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1, proc.stderr[-3000:]
+    return lines[0]
+
+
+def _nothing_left(pipeline_stack, name: str, prefix: str) -> None:
+    import mlflow
+
+    store = pipeline_stack.s3.store(prefix.removeprefix(f"s3://{pipeline_stack.s3.bucket}/"))
+    assert store.list("") == []
+    client = mlflow.MlflowClient(pipeline_stack.mlflow.url)
+    exp = client.get_experiment_by_name(name)
+    assert exp is None or client.search_runs([exp.experiment_id]) == []
+    assert client.search_registered_models(f"name = '{name}'") == []
+
+
+def test_an_unknown_config_key_is_named(pipeline_stack, case, tmp_path):
+    name, prefix = case
+    proc = _run(
+        {**tiny(name=name, storage_uri=prefix), "essa": {"populaton": 8}}, pipeline_stack.subprocess_env(), tmp_path
+    )
+    assert proc.returncode == 2
+    assert "essa.populaton: unknown key" in _error_line(proc)
+    _nothing_left(pipeline_stack, name, prefix)
+
+
+def test_an_unreachable_s3_endpoint_is_named(pipeline_stack, case, tmp_path):
+    name, prefix = case
+    dead = f"http://127.0.0.1:{free_port()}"
+    env = pipeline_stack.subprocess_env(ESSAFLOW_S3_ENDPOINT_URL=dead, AWS_ENDPOINT_URL_S3=dead)
+    proc = _run(tiny(name=name, method="none", storage_uri=prefix), env, tmp_path)
+    assert proc.returncode == 1
+    line = _error_line(proc)
+    assert "StorageError" in line and dead in line and "unreachable" in line
+    _nothing_left(pipeline_stack, name, prefix)
+
+
+def test_wrong_s3_credentials_are_named_and_not_echoed(pipeline_stack, case, tmp_path):
+    name, prefix = case
+    wrong = "wrong-" + uuid.uuid4().hex
+    env = pipeline_stack.subprocess_env(AWS_SECRET_ACCESS_KEY=wrong)
+    proc = _run(tiny(name=name, method="none", storage_uri=prefix), env, tmp_path)
+    assert proc.returncode == 1
+    line = _error_line(proc)
+    assert "StorageError" in line and "credentials" in line.lower()
+    assert leaks([wrong, *pipeline_stack.secrets], {"stdout": proc.stdout, "stderr": proc.stderr}) == []
+    _nothing_left(pipeline_stack, name, prefix)
+
+
+def test_an_unreachable_mlflow_server_is_named_before_any_compute(pipeline_stack, case, tmp_path):
+    name, prefix = case
+    dead = f"http://127.0.0.1:{free_port()}"
+    proc = _run(
+        tiny(name=name, method="none", storage_uri=prefix),
+        pipeline_stack.subprocess_env(MLFLOW_TRACKING_URI=dead),
+        tmp_path,
+    )
+    assert proc.returncode == 1
+    line = _error_line(proc)
+    assert "TrackingError" in line and dead in line and "unreachable" in line
+    assert "prepare_dataset" not in proc.stderr  # failed at the preflight, before the first stage
+    _nothing_left(pipeline_stack, name, prefix)

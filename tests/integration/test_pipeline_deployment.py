@@ -1,0 +1,175 @@
+"""The deployed pipeline on real servers: `prefect deploy --all` from prefect.yaml, finetune-essa run by a process
+worker (--run-once) to completion, the champion's pyfunc loading by alias, verified artifacts in the bucket, the
+dataset cache hit by a second (F-GRPO) run, the UI pointed at its own API, and no credential anywhere."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+
+import pytest
+
+from essaflow.storage import MANIFEST
+from tests.integration.pipeline_support import (
+    ensure_pool,
+    flow_run_logs,
+    flow_run_state,
+    leaks,
+    prefect_cli,
+    run_deployment,
+    task_run_states,
+    tiny,
+)
+
+pytestmark = pytest.mark.integration
+MODEL = "pipeline-test"
+
+
+@pytest.fixture(scope="module")
+def deployed(pipeline_stack, stack_in_process_module):
+    env = pipeline_stack.subprocess_env()
+    ensure_pool(env)
+    out = prefect_cli("--no-prompt", "deploy", "--all", env=env)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    return out.stdout
+
+
+@pytest.fixture(scope="module")
+def stack_in_process_module(pipeline_stack):
+    """Module-wide: this process reads the servers (Prefect API, MLflow) the stack runs."""
+    import os
+
+    from prefect.settings import PREFECT_API_URL, PREFECT_LOCAL_STORAGE_PATH, temporary_settings
+
+    saved = {k: os.environ.get(k) for k in pipeline_stack.env}
+    os.environ.update(pipeline_stack.env)
+    try:
+        updates = {
+            PREFECT_API_URL: pipeline_stack.env["PREFECT_API_URL"],
+            PREFECT_LOCAL_STORAGE_PATH: pipeline_stack.env["PREFECT_LOCAL_STORAGE_PATH"],
+        }
+        with temporary_settings(updates=updates):
+            yield pipeline_stack
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@pytest.fixture(scope="module")
+def essa_run(deployed, pipeline_stack, tmp_path_factory):
+    params = {"config": tiny(method="essa")}
+    return run_deployment(
+        "finetune/finetune-essa", params, pipeline_stack.subprocess_env(), tmp_path_factory.mktemp("w")
+    )
+
+
+@pytest.fixture(scope="module")
+def fgrpo_run(essa_run, pipeline_stack, tmp_path_factory):
+    params = {"config": tiny(method="fgrpo")}
+    return run_deployment(
+        "finetune/finetune-fgrpo", params, pipeline_stack.subprocess_env(), tmp_path_factory.mktemp("w")
+    )
+
+
+def test_deploy_all_creates_the_three_deployments_with_schedules_and_a_form(deployed):
+    from tests.integration.pipeline_support import client
+
+    with client() as c:
+        deps = {d.name: d for d in c.read_deployments()}
+    assert {"finetune-essa", "finetune-fgrpo", "evaluate-champion"} <= set(deps)
+    crons = {n: [s.schedule.cron for s in deps[n].schedules] for n in ("finetune-essa", "finetune-fgrpo")}
+    assert crons == {"finetune-essa": ["0 2 * * *"], "finetune-fgrpo": ["0 3 * * 0"]}
+    assert all(d.work_pool_name == "essaflow-process" for d in deps.values())
+    # the UI renders a form from this schema: typed, documented fields, enums as choices
+    schema = deps["finetune-essa"].parameter_openapi_schema
+    config = schema["definitions"]["PipelineConfig"]["properties"]
+    assert config["method"]["enum"] == ["essa", "fgrpo", "none"]
+    assert "description" in config["promotion_metric"]
+    assert schema["definitions"]["ESSAConfig"]["properties"]["population"]["type"] == "integer"
+    assert deps["finetune-essa"].parameters["config"]["method"] == "essa"
+
+
+def test_finetune_essa_deployment_completes_on_a_process_worker(essa_run):
+    flow_run_id, took, _ = essa_run
+    assert flow_run_state(flow_run_id) == "Completed"
+    states = task_run_states(flow_run_id, {"train", "register"})
+    assert states["train"] == "Completed" and states["register"] == "Completed", states
+    print(f"finetune-essa via worker: {took:.1f}s")
+
+
+def test_champion_pyfunc_loads_by_alias_and_generates(essa_run, stack_in_process_module):
+    import mlflow
+
+    flow_run_id, _, _ = essa_run
+    client = mlflow.MlflowClient()
+    version = client.get_model_version_by_alias(MODEL, "champion")
+    assert version.tags["essaflow.run_id"] == flow_run_id
+    assert version.tags["method"] == "essa" and version.tags["base_model"] == "builtin:tiny"
+    assert len(version.tags["dataset_hash"]) == 16 and version.tags["git_commit"]
+    assert set(json.loads(version.tags["pass_at_k"])) >= {"pass@1", "pass@4"}
+    model = mlflow.pyfunc.load_model(f"models:/{MODEL}@champion")
+    out = model.predict(["12+7=", "40-3="])
+    assert isinstance(out, list) and len(out) == 2 and all(isinstance(s, str) for s in out)
+
+
+def test_bucket_holds_dataset_checkpoints_adapter_and_eval_with_valid_checksums(essa_run, pipeline_stack):
+    flow_run_id, _, _ = essa_run
+    store = pipeline_stack.store()
+    keys = store.list("")
+    datasets = sorted({"/".join(k.split("/")[:3]) for k in keys if k.startswith("datasets/")})
+    checkpoints = sorted({"/".join(k.split("/")[:4]) for k in keys if k.startswith(f"runs/{flow_run_id}/checkpoints/")})
+    assert len(datasets) == 1 and len(checkpoints) == 2  # generations 1 and 2
+    run = f"runs/{flow_run_id}"
+    for prefix in [*datasets, *checkpoints, f"{run}/adapter", f"{run}/eval/base", f"{run}/eval/tuned"]:
+        manifest = store.verify(prefix)  # every file re-read and checked against its SHA-256
+        assert manifest["files"], prefix
+    assert {"train.parquet", "eval.parquet", "sft.parquet"} <= set(store.read_manifest(datasets[0])["files"])
+    assert {"passk.json", "passk.png", "samples.jsonl.gz"} == set(store.read_manifest(f"{run}/eval/tuned")["files"])
+    # nothing partial is visible: every object of this run belongs to a committed (manifested) artifact
+    committed = {k.rsplit("/", 1)[0] for k in keys if k.endswith("/" + MANIFEST)}
+    orphans = [k for k in keys if k.startswith(run) and not any(k.startswith(c + "/") for c in committed)]
+    assert not orphans, orphans[:5]
+
+
+def test_a_second_run_with_the_same_data_config_hits_the_dataset_cache(fgrpo_run):
+    flow_run_id, took, _ = fgrpo_run
+    assert flow_run_state(flow_run_id) == "Completed"
+    states = task_run_states(flow_run_id, {"prepare_dataset", "register"})
+    assert states["prepare_dataset"] == "Cached", states
+    print(f"finetune-fgrpo via worker: {took:.1f}s")
+
+
+def test_the_prefect_ui_talks_to_its_own_api(pipeline_stack):
+    url = pipeline_stack.prefect.url
+    with urllib.request.urlopen(f"{url}/ui-settings", timeout=10) as r:
+        settings = json.loads(r.read())
+    assert settings["api_url"] == f"{url}/api"
+    with urllib.request.urlopen(f"{url}/", timeout=10) as r:
+        assert r.status == 200
+
+
+def test_no_credential_in_logs_params_tags_or_artifacts(essa_run, fgrpo_run, pipeline_stack):
+    import mlflow
+
+    texts: dict[str, str | bytes] = {}
+    for _, _, log in (essa_run, fgrpo_run):
+        texts[f"worker log {log.name}"] = log.read_bytes()
+    for server in (pipeline_stack.prefect, pipeline_stack.mlflow, pipeline_stack.ray):
+        for log in server.state_dir.glob("*.log"):
+            texts[f"server log {log.name}"] = log.read_bytes()
+    for flow_run_id, _, _ in (essa_run, fgrpo_run):
+        texts[f"prefect logs {flow_run_id}"] = "\n".join(flow_run_logs(flow_run_id))
+    client = mlflow.MlflowClient()
+    exp_ids = [e.experiment_id for e in client.search_experiments()]
+    for run in client.search_runs(exp_ids):
+        texts[f"mlflow run {run.info.run_id} params+tags"] = json.dumps([run.data.params, run.data.tags])
+    for version in client.search_model_versions(f"name = '{MODEL}'"):
+        texts[f"model version {version.version} tags"] = json.dumps(version.tags)
+    store = pipeline_stack.s3.store()  # the whole bucket: pipeline artifacts and MLflow's own artifacts
+    for key in store.list(""):
+        texts[f"object {key}"] = store.get_bytes(key)
+    assert len(texts) > 50
+    assert leaks(pipeline_stack.secrets, texts) == []

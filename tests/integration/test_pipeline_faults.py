@@ -1,0 +1,122 @@
+"""Faults during a real pipeline run (in this process, against the real Prefect, MLflow, SeaweedFS and Ray servers):
+a registration retried after it succeeded, a train task that crashes once after a checkpoint, an S3 server that
+goes away for a few seconds. Each run completes; nothing is duplicated; nothing partial is visible."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from essaflow import tracking
+from essaflow.config import parse_config
+from essaflow.pipeline_io import manifest_digest
+from essaflow.storage import MANIFEST, open_store
+from tasks import training
+from tests.integration.pipeline_support import task_run_states, tiny
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _ray_disconnect_after():
+    yield
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+
+
+def _finetune(overrides: dict):
+    from flows.finetune import finetune
+
+    return finetune(parse_config(tiny(**overrides)))
+
+
+def _committed_only(store, prefix: str) -> list[str]:
+    """Keys under prefix that belong to no committed artifact (no manifest in any parent)."""
+    keys = store.list(prefix)
+    committed = {k.rsplit("/", 1)[0] for k in keys if k.endswith("/" + MANIFEST)}
+    return [k for k in keys if not any(k.startswith(c + "/") for c in committed)]
+
+
+def test_a_registration_retried_after_success_makes_no_second_version(stack_in_process, monkeypatch):
+    real, calls = tracking.register_adapter, []
+
+    def lost_reply(*args, **kwargs):  # the version is created, then the connection drops before the reply
+        calls.append(real(*args, **kwargs))
+        if len(calls) == 1:
+            raise ConnectionResetError("connection reset after the registry committed")
+        return calls[-1]
+
+    monkeypatch.setattr(tracking, "register_adapter", lost_reply)
+    result = _finetune({"name": "retry-register", "method": "none"})
+
+    assert len(calls) == 2 and calls[0].version == calls[1].version == result.model_version
+    versions = tracking.client(stack_in_process.mlflow.url).search_model_versions("name = 'retry-register'")
+    assert [v.version for v in versions] == [result.model_version]
+    assert task_run_states(result.run_id, {"register"})["register"] == "Completed"
+
+
+def test_a_train_task_killed_once_resumes_from_its_checkpoint_and_ends_with_the_same_adapter(
+    stack_in_process, monkeypatch
+):
+    cfg = {"method": "essa", "essa": {**tiny()["essa"], "generations": 3, "checkpoint_every": 1}}
+    clean = _finetune({"name": "resume-clean", **cfg})
+
+    real, attempts, resumed = training.load_trainer("essa"), [], []
+
+    def crashes_once(config, splits, sft, out_dir, checkpoint_dir=None, on_metrics=None, on_checkpoint=None):
+        attempts.append(sorted(p.name for p in checkpoint_dir.glob("[0-9]*")) if checkpoint_dir.exists() else [])
+
+        def checkpoint_then_die(path):
+            on_checkpoint(path)  # synced to storage first, as in a real crash after a checkpoint
+            if len(attempts) == 1:
+                raise RuntimeError("simulated crash of the training process")
+
+        result = real(config, splits, sft, out_dir, checkpoint_dir, on_metrics, checkpoint_then_die)
+        resumed.append(result.resumed_from)
+        return result
+
+    monkeypatch.setattr(training, "load_trainer", lambda method: crashes_once)
+    crashed = _finetune({"name": "resume-crash", **cfg})
+
+    assert attempts == [[], ["00000001"]]  # the retry found generation 1, downloaded from storage
+    assert resumed == [1]
+    store = open_store(stack_in_process.storage_uri)
+    a, b = (store.read_manifest(f"runs/{r.run_id}/adapter") for r in (clean, crashed))
+    assert manifest_digest(a) == manifest_digest(b), "resumed run must end with the uninterrupted run's adapter"
+    assert task_run_states(crashed.run_id, {"train"})["train"] == "Completed"
+
+
+def test_an_s3_outage_of_a_few_seconds_is_ridden_out_and_leaves_nothing_partial(
+    stack_in_process, seaweedfs_factory, monkeypatch
+):
+    server = seaweedfs_factory("outage")
+    for key, value in server.env.items():
+        monkeypatch.setenv(key, value)
+    store = server.store("run")
+    outage: dict[str, float] = {}
+
+    def take_server_down_after_the_dataset_lands():
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not any(k.endswith(MANIFEST) for k in store.list("datasets")):
+            time.sleep(0.1)
+        outage["start"] = time.monotonic()
+        server.stop()
+        time.sleep(4.0)
+        server.start()
+        outage["s"] = time.monotonic() - outage["start"]
+
+    chaos = threading.Thread(target=take_server_down_after_the_dataset_lands, daemon=True)
+    chaos.start()
+    result = _finetune({"name": "s3-outage", "method": "none", "storage_uri": "s3://outage/run"})
+    chaos.join(timeout=60)
+
+    assert outage.get("s", 0) >= 4.0, "the outage must have happened during the run"
+    assert result.model_version and result.aliases
+    run = f"runs/{result.run_id}"
+    for prefix in (f"{run}/adapter", f"{run}/eval/base", f"{run}/eval/tuned"):
+        store.verify(prefix)
+    assert _committed_only(store, "") == []

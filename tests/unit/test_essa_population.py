@@ -1,0 +1,57 @@
+"""In-process scoring: merged and LoRA paths agree, answer_probability is P(reference), bytes are counted."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from essaflow.essa.population import CandidateScorer, LocalPopulation, payload_bytes
+from essaflow.essa.trainer import scoring_spec
+from essaflow.models import load_model_with_adapter
+from tests.unit.essa_tiny import make_tiny
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    cfg, splits, adapter = make_tiny(tmp_path_factory.mktemp("essa-pop"))
+    return cfg, splits, adapter, scoring_spec(cfg, splits, adapter)
+
+
+@pytest.mark.parametrize("fitness", ["accuracy", "answer_probability"])
+def test_merged_scoring_matches_the_lora_path(tiny, fitness):
+    *_, spec = tiny
+    lora = CandidateScorer(dataclasses.replace(spec, merged=False, fitness=fitness))
+    merged = CandidateScorer(dataclasses.replace(spec, merged=True, fitness=fitness))
+    idx = np.arange(24)
+    for x in np.random.default_rng(0).normal(0, 0.3, (4, lora.ready())).astype(np.float32):
+        assert merged.score(0, x, idx, 3)[1] == pytest.approx(lora.score(0, x, idx, 3)[1], abs=1e-5)
+
+
+def test_answer_probability_is_the_teacher_forced_probability_of_the_reference(tiny):
+    cfg, splits, adapter, spec = tiny
+    scorer = CandidateScorer(dataclasses.replace(spec, fitness="answer_probability"))
+    idx = np.array([5, 0, 17])
+    got = scorer.score(0, np.zeros(scorer.ready(), np.float32), idx, 0)[1]
+    model, tok = load_model_with_adapter(cfg.model, adapter)
+    probs = []
+    for i in idx:
+        p_ids = tok(spec.prompts[i], add_special_tokens=False)["input_ids"]
+        a_ids = tok(spec.answers[i], add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        with torch.no_grad():
+            logp = torch.log_softmax(model(input_ids=torch.tensor([p_ids + a_ids])).logits[0], -1)
+        probs.append(float(np.exp(sum(logp[len(p_ids) - 1 + j, t].item() for j, t in enumerate(a_ids)))))
+    assert got == pytest.approx(np.mean(probs), rel=1e-4)
+
+
+def test_local_population_scores_in_order_and_counts_payload_bytes(tiny):
+    *_, spec = tiny
+    pop = LocalPopulation(spec)
+    x = np.random.default_rng(1).normal(0, 0.3, (6, pop.dimension))
+    idx = np.arange(24)
+    fitness, stats = pop.evaluate(x, idx, seed=0)
+    single = [pop.scorer.score(i, x[i].astype(np.float32), idx, 0)[1] for i in (4, 1)]
+    assert [fitness[4], fitness[1]] == single
+    per_call = payload_bytes((0, x[0].astype(np.float32), idx, 0))
+    assert per_call > 4 * pop.dimension, "the float32 vector dominates what is sent"
+    assert stats.bytes_sent == pytest.approx(6 * per_call, rel=0.01) and stats.bytes_received > 0

@@ -1,0 +1,175 @@
+"""The GRPO learner on a random tiny model: parameters move, checkpoints resume exactly, rollouts are
+independent of how groups are split over workers, micro-batching and mini-batching behave."""
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from essaflow.grpo import checkpoint as ckpt
+from essaflow.grpo.rollout import collect, step_prompt_indices, worker_slots
+from essaflow.grpo.trainer import _settings, build_policy, train_grpo
+from essaflow.models import load_tokenizer
+from tests.unit.grpo_tiny import make_tiny
+
+TIMING = {"step_s", "gen_s", "train_s", "tokens_per_s"}
+
+
+def _weights(adapter_dir):
+    return load_file(str(adapter_dir / "adapter_model.safetensors"))
+
+
+def _same_metrics(a, b):
+    def strip(ms):
+        return [{k: v for k, v in m.items() if k not in TIMING} for m in ms]
+
+    return strip(a) == strip(b)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return tmp_path_factory.mktemp("grpo-tiny")
+
+
+@pytest.mark.parametrize("loss", ["grpo", "dapo", "cispo"])
+def test_every_trainable_parameter_changes_after_a_step(tiny, tmp_path, loss):
+    cfg, splits, start = make_tiny(tiny, [f"grpo.loss={loss}", "grpo.steps=1"])
+    result = train_grpo(cfg, splits, start, tmp_path)
+    before, after = _weights(start), _weights(result.adapter_dir)
+    assert before.keys() == after.keys() and len(after) == 2 * 4 * 2  # A, B x q,k,v,o x 2 layers
+    assert result.metrics[0]["zero_variance_share"] < 1.0
+    unchanged = [k for k in before if torch.equal(before[k], after[k])]
+    assert not unchanged
+    m = result.metrics[0]
+    assert m["clip_frac_low"] == m["clip_frac_high"] == 0.0  # on-policy: r = 1 exactly
+    assert result.bytes_per_update == 0  # one process: nothing all-reduced
+    assert (result.adapter_dir / "adapter_config.json").exists()
+
+
+def test_full_parameter_mode_trains_every_weight(tiny, tmp_path):
+    cfg, splits, start = make_tiny(tiny, ["grpo.parameters=full", "grpo.steps=1", "grpo.lr=1e-3"])
+    result = train_grpo(cfg, splits, start, tmp_path)
+    merged = build_policy(make_tiny(tiny)[0], start, None, torch.device("cpu")).merge_and_unload().state_dict()
+    after = load_file(str(result.adapter_dir / "model.safetensors"))
+    changed = [k for k in after if not torch.equal(after[k], merged[k])]
+    assert len(changed) >= len(after) - 1  # every weight (tied embeddings saved once)
+
+
+def test_resume_is_exact(tiny, tmp_path):
+    cfg, splits, start = make_tiny(tiny, ["grpo.steps=4", "grpo.checkpoint_every=2"])
+    full = train_grpo(cfg, splits, start, tmp_path / "a", tmp_path / "a-ckpt")
+
+    class Crash(RuntimeError):
+        pass
+
+    def crash_at_3(m):
+        if m["step"] == 3:
+            raise Crash
+
+    seen = []
+    with pytest.raises(Crash):
+        train_grpo(cfg, splits, start, tmp_path / "b", tmp_path / "b-ckpt", on_metrics=crash_at_3)
+    resumed = train_grpo(cfg, splits, start, tmp_path / "b", tmp_path / "b-ckpt", on_checkpoint=seen.append)
+    assert resumed.resumed_from == 2 and resumed.steps == 4
+    assert [p.name for p in seen] == ["4"]
+    a, b = _weights(full.adapter_dir), _weights(resumed.adapter_dir)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert _same_metrics(full.metrics, resumed.metrics) and len(resumed.metrics) == 4
+
+
+def test_checkpoints_are_complete_verified_and_weights_only(tiny, tmp_path):
+    cfg, splits, start = make_tiny(tiny, ["grpo.steps=2", "grpo.checkpoint_every=1"])
+    seen = []
+    train_grpo(cfg, splits, start, tmp_path / "out", tmp_path / "ckpt", on_checkpoint=seen.append)
+    assert [p.name for p in seen] == ["1", "2"]
+    latest = ckpt.latest_checkpoint(tmp_path / "ckpt")
+    assert latest.name == "2" and not list((tmp_path / "ckpt").glob(".tmp-*"))
+    manifest = json.loads((latest / ckpt.MANIFEST).read_text())
+    assert {"adapter/adapter_model.safetensors", "optimizer.pt", "scheduler.pt", "rng_rank0.pt"} <= set(
+        manifest["files"]
+    )
+    for name in ("optimizer.pt", "scheduler.pt", "rng_rank0.pt"):
+        torch.load(latest / name, weights_only=True)
+    (latest / "optimizer.pt").write_bytes(b"corrupt")
+    assert ckpt.latest_checkpoint(tmp_path / "ckpt").name == "1"  # a damaged newest falls back
+
+
+def test_rollouts_are_the_same_however_groups_are_split_over_workers(tiny):
+    cfg, splits, start = make_tiny(tiny)
+    model = build_policy(cfg, start, None, torch.device("cpu"))
+    tok = load_tokenizer(cfg.model)
+    s = _settings(cfg)
+    whole = collect(model, tok, splits.train, worker_slots(8, 1, 0), 3, 8, s)
+    halves = [collect(model, tok, splits.train, worker_slots(8, 2, r), 3, 8, s) for r in (0, 1)]
+    g = s.group_size
+    for half in halves:
+        for i, slot in enumerate(half.slots):
+            mine = half.completion_ids[i * g : (i + 1) * g]
+            assert torch.equal(mine, whole.completion_ids[slot * g : (slot + 1) * g])
+            assert torch.equal(half.advantages[i * g : (i + 1) * g], whole.advantages[slot * g : (slot + 1) * g])
+    assert step_prompt_indices(3, 8, len(splits.train), 0) == step_prompt_indices(3, 8, len(splits.train), 0)
+
+
+def test_micro_batches_accumulate_to_the_same_update(tiny, tmp_path):
+    cfg, splits, start = make_tiny(tiny, ["grpo.steps=1"])
+    whole = train_grpo(cfg, splits, start, tmp_path / "whole")
+    micro_cfg = cfg.model_copy(update={"grpo": cfg.grpo.model_copy(update={"micro_batch_size": 8})})
+    micro = train_grpo(micro_cfg, splits, start, tmp_path / "micro")
+    a, b = _weights(whole.adapter_dir), _weights(micro.adapter_dir)
+    assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+
+
+def test_mini_batches_take_several_optimizer_steps_off_policy(tiny, tmp_path):
+    cfg, splits, start = make_tiny(tiny, ["grpo.steps=2", "grpo.mini_batches=4", "grpo.lr=0.05"])
+    result = train_grpo(cfg, splits, start, tmp_path)
+    m = result.metrics[-1]
+    assert all(torch.isfinite(torch.tensor(float(m[k]))) for k in ("loss", "entropy", "grad_norm"))
+    assert m["clip_frac_low"] + m["clip_frac_high"] > 0  # later mini-batches see r != 1
+
+
+def test_kl_to_the_sft_start_is_zero_at_the_first_step(tiny, tmp_path):
+    cfg, splits, start = make_tiny(tiny, ["grpo.kl_beta=0.04", "grpo.steps=2"])
+    m = train_grpo(cfg, splits, start, tmp_path).metrics
+    assert m[0]["kl"] == 0.0 and m[1]["kl"] > 0.0
+
+
+def test_dynamic_sampling_retries_uniform_groups(tiny, tmp_path):
+    cfg, splits, start = make_tiny(tiny, ["grpo.dynamic_sampling=true", "grpo.steps=1", "grpo.group_size=2"])
+    m = train_grpo(cfg, splits, start, tmp_path).metrics[0]
+    assert m["retried_groups"] > 0
+    assert m["zero_variance_share_final"] < m["zero_variance_share"]
+
+
+def test_overlong_shaping_and_filtering_run(tiny, tmp_path):
+    cfg, splits, start = make_tiny(tiny, ["grpo.overlong_buffer=2", "grpo.overlong_filter=true", "grpo.steps=1"])
+    m = train_grpo(cfg, splits, start, tmp_path).metrics[0]
+    assert m["truncated_share"] > 0 and m["reward_mean"] < m["correct_mean"]
+
+
+def test_training_log_probs_are_the_ones_the_samples_were_drawn_from(tiny):
+    from transformers import GenerationConfig, LogitsProcessorList
+
+    from essaflow.grpo.rollout import GumbelSampler, hash_keys, token_logprobs
+
+    cfg, splits, start = make_tiny(tiny)
+    model = build_policy(cfg, start, None, torch.device("cpu"))
+    tok = load_tokenizer(cfg.model)
+    enc = tok([p.prompt for p in splits.train[:16]], return_tensors="pt", padding=True, add_special_tokens=False)
+    width = enc["input_ids"].shape[1]
+    out = model.generate(
+        **enc,
+        generation_config=GenerationConfig(
+            do_sample=False, max_new_tokens=4, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
+            return_dict_in_generate=True, output_logits=True,
+        ),
+        logits_processor=LogitsProcessorList([GumbelSampler(hash_keys(0, torch.arange(16)), width, 1.0)]),
+    )  # fmt: skip
+    comp = out.sequences[:, width:]
+    drawn = torch.stack([torch.log_softmax(x, -1) for x in out.logits], 1).gather(-1, comp[..., None])[..., 0]
+    is_eos = comp == tok.eos_token_id
+    valid = ((is_eos.cumsum(1) - is_eos.long()) == 0).long()
+    ids = torch.cat([enc["input_ids"], comp.masked_fill(valid == 0, tok.pad_token_id)], 1)
+    with torch.no_grad():
+        trained, _ = token_logprobs(model, ids, torch.cat([enc["attention_mask"], valid], 1), width, 1.0)
+    assert float(((trained - drawn).abs() * valid).max()) < 1e-4
