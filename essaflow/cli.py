@@ -265,7 +265,7 @@ def stack_up(
 
 @stack_app.command("down")
 def stack_down(state_dir: StateOpt = None) -> None:
-    """Stop the stack's servers by PID (SIGTERM to each process group, then SIGKILL)."""
+    """Stop the stack's servers by PID, each process group: SIGINT (Ray, worker) or SIGTERM, then SIGKILL."""
     from essaflow import stack
 
     _emit({"state_dir": str(stack.state_dir(state_dir)), "services": stack.down(state_dir)})

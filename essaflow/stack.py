@@ -164,7 +164,7 @@ def up(path: str | Path | None = None, *, worker: bool = True) -> dict[str, dict
 
 
 def down(path: str | Path | None = None) -> dict[str, str]:
-    """Stop every recorded server by PID (SIGTERM to its process group, then SIGKILL), in reverse start order."""
+    """Stop every recorded server by PID (its process group: SIGINT or SIGTERM, then SIGKILL), last started first."""
     sd = state_dir(path)
     out = {}
     for name in reversed(SERVICES):

@@ -77,6 +77,7 @@ def open_run(config: PipelineConfig) -> RunRef:
             "essaflow.git_commit": tracking.git_commit(),
             "prefect.flow_run_id": flow_run.get_id() or "",
             "prefect.flow_run_name": flow_run.get_name() or "",
+            "prefect.flow_name": flow_run.get_flow_name() or "",
         }
         ui_url = flow_run.get_flow_run_ui_url() or ""
         if ui_url.startswith("http"):

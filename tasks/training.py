@@ -9,7 +9,9 @@ from __future__ import annotations
 import importlib
 import shutil
 import tempfile
+import time
 from collections.abc import Callable
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +41,7 @@ from tasks.progress import StageProgress
 from tasks.retry import transient_only
 from tasks.run import record_stage, tracked
 
+METRICS_EVERY_S = 2.0
 #: method -> (module, function); imported only when that method runs.
 TRAINERS = {"essa": ("essaflow.essa.trainer", "train_essa"), "fgrpo": ("essaflow.grpo.trainer", "train_grpo")}
 
@@ -132,9 +135,19 @@ def train(config: PipelineConfig, dataset: DatasetRef, sft: AdapterRef, run: Run
         progress = StageProgress("train", total)
         mlrun = tracked(run)
 
-        def on_metrics(row: dict[str, Any]) -> None:
+        pending: list[dict[str, Any]] = []
+        flushed = [time.monotonic()]
+
+        def flush_metrics() -> None:  # one MLflow call per ~2 s, not one per step
             with timer.part("tracking"):
-                tracking.log_step_metrics(mlrun, [row])
+                tracking.log_step_metrics(mlrun, pending)
+            pending.clear()
+            flushed[0] = time.monotonic()
+
+        def on_metrics(row: dict[str, Any]) -> None:
+            pending.append(row)
+            if time.monotonic() - flushed[0] >= METRICS_EVERY_S:
+                flush_metrics()
             step = int(row.get("step", row.get("generation", 0)))
             shown = {k: round(v, 4) for k, v in row.items() if isinstance(v, float)}
             progress.update(step, " ".join(f"{k}={v}" for k, v in list(shown.items())[:4]))
@@ -143,16 +156,22 @@ def train(config: PipelineConfig, dataset: DatasetRef, sft: AdapterRef, run: Run
             with timer.part("storage"):
                 log.info("checkpoint %s -> %s", Path(path).name, sync_checkpoint(store, run, Path(path)))
 
-        with timer.part("compute"):
-            result = trainer(
-                config,
-                splits,
-                sft_dir,
-                work / "out",
-                checkpoint_dir=work / "checkpoints",
-                on_metrics=on_metrics,
-                on_checkpoint=on_checkpoint,
-            )
+        try:
+            with timer.part("compute"):
+                result = trainer(
+                    config,
+                    splits,
+                    sft_dir,
+                    work / "out",
+                    checkpoint_dir=work / "checkpoints",
+                    on_metrics=on_metrics,
+                    on_checkpoint=on_checkpoint,
+                )
+        except BaseException:
+            with suppress(Exception):  # keep what was measured; the trainer's error is the one to report
+                flush_metrics()
+            raise
+        flush_metrics()
         progress.update(total, "done")
         with timer.part("storage"):
             uri, digest = publish_dir(store, adapter_prefix, Path(result.adapter_dir), overwrite=True)

@@ -204,10 +204,13 @@ def ensure_ray(num_cpus: int | None = None) -> None:
     if ray.is_initialized():
         return
     address = os.environ.get("RAY_ADDRESS")
+    # Worker stdout/stderr (model-loading progress bars) stays in Ray's log files, off the driver's terminal;
+    # worker exceptions still reach the driver through ray.get.
+    opts = {"include_dashboard": False, "logging_level": logging.WARNING, "log_to_driver": False}
     if address:
-        ray.init(address=address, include_dashboard=False, logging_level=logging.WARNING)
+        ray.init(address=address, **opts)
     else:
-        ray.init(num_cpus=num_cpus, include_dashboard=False, logging_level=logging.WARNING)
+        ray.init(num_cpus=num_cpus, **opts)
 
 
 class RayPopulation:
@@ -220,6 +223,7 @@ class RayPopulation:
         max_restarts: how often Ray may restart each actor.
         cpus_per_worker, gpus_per_worker: Ray resources of each actor.
         worker_class: the scorer class wrapped as the actor (tests pass a subclass that injects faults).
+        start_timeout_s: how long to wait for every worker to load its model before failing clearly.
     """
 
     def __init__(
@@ -231,6 +235,7 @@ class RayPopulation:
         cpus_per_worker: float = 1.0,
         gpus_per_worker: float = 0.0,
         worker_class: type = CandidateScorer,
+        start_timeout_s: float = 600.0,
     ):
         import ray
 
@@ -241,7 +246,13 @@ class RayPopulation:
         self.inflight = inflight
         self.setup_bytes = payload_bytes(spec) * workers
         self.actors = [actor_cls.remote(spec) for _ in range(workers)]
-        dims = ray.get([a.ready.remote() for a in self.actors])
+        try:
+            dims = ray.get([a.ready.remote() for a in self.actors], timeout=start_timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            raise RuntimeError(
+                f"{workers} ESSA workers did not start within {start_timeout_s:.0f}s: does the Ray cluster have "
+                f"{cpus_per_worker} CPU(s) and {gpus_per_worker} GPU(s) free per worker (essa.workers)?"
+            ) from None
         if len(set(dims)) != 1:
             raise RuntimeError(f"workers disagree on the search dimension: {dims}")
         self.dimension = dims[0]

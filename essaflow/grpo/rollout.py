@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 
 import torch
@@ -131,7 +131,6 @@ class RolloutBatch:
     retried_groups: int = 0
     old_logp: torch.Tensor | None = None  # [B, C]
     ref_logp: torch.Tensor | None = None  # [B, C]
-    extras: dict = field(default_factory=dict)
 
     @property
     def group_size(self) -> int:

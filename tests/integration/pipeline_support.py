@@ -94,6 +94,15 @@ def task_run_states(flow_run_id: str, expect: set[str], wait_s: float = 30.0) ->
             time.sleep(0.5)
 
 
+def flow_run_artifacts(flow_run_id: str) -> dict[str, Any]:
+    """{artifact key: latest data} of the artifacts a flow run created (tables, markdown, progress)."""
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+    flt = ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[uuid.UUID(flow_run_id)]))
+    with client() as c:
+        return {a.key: a.data for a in c.read_artifacts(artifact_filter=flt) if a.key}
+
+
 def flow_run_logs(flow_run_id: str) -> list[str]:
     from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
 

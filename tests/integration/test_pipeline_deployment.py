@@ -12,6 +12,7 @@ import pytest
 from essaflow.storage import MANIFEST
 from tests.integration.pipeline_support import (
     ensure_pool,
+    flow_run_artifacts,
     flow_run_logs,
     flow_run_state,
     leaks,
@@ -97,6 +98,10 @@ def test_finetune_essa_deployment_completes_on_a_process_worker(essa_run):
     assert flow_run_state(flow_run_id) == "Completed"
     states = task_run_states(flow_run_id, {"train", "register"})
     assert states["train"] == "Completed" and states["register"] == "Completed", states
+    artifacts = flow_run_artifacts(flow_run_id)  # what the Prefect UI shows for the run
+    assert {"finetune-summary", "passk-before-after", "passk-base", "passk-tuned", "train-progress"} <= set(artifacts)
+    assert artifacts["train-progress"] == 100.0
+    assert "MLflow run" in artifacts["finetune-summary"] and "runs/" in artifacts["finetune-summary"]
     print(f"finetune-essa via worker: {took:.1f}s")
 
 
@@ -110,6 +115,13 @@ def test_champion_pyfunc_loads_by_alias_and_generates(essa_run, stack_in_process
     assert version.tags["method"] == "essa" and version.tags["base_model"] == "builtin:tiny"
     assert len(version.tags["dataset_hash"]) == 16 and version.tags["git_commit"]
     assert set(json.loads(version.tags["pass_at_k"])) >= {"pass@1", "pass@4"}
+    run = client.get_run(version.run_id)  # the pipeline's MLflow run: params, per-generation metrics, plots
+    assert run.data.params["method"] == "essa" and run.data.params["essa.population"] == "4"
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "train.fitness_mean")] == [1, 2]
+    assert {"eval.base.pass_at_1", "eval.tuned.pass_at_4"} <= set(run.data.metrics)
+    logged = {a.path for a in client.list_artifacts(run.info.run_id, "eval")}
+    assert {"eval/passk_table.json", "eval/passk_before_after.png"} <= logged
+    assert run.data.tags["prefect.flow_run_id"] == flow_run_id
     model = mlflow.pyfunc.load_model(f"models:/{MODEL}@champion")
     out = model.predict(["12+7=", "40-3="])
     assert isinstance(out, list) and len(out) == 2 and all(isinstance(s, str) for s in out)
