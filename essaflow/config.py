@@ -176,12 +176,14 @@ class ESSAConfig(_Strict):
     """cma: full-covariance CMA-ES (paper); sep_cma: diagonal, for large d; es: antithetic Gaussian ES (Qiu)."""
     es_lr: float = Field(0.05, gt=0)
     """Learning rate of the plain ES baseline (strategy=es only)."""
+    es_antithetic: bool = True
+    """strategy=es: mirrored pairs m +- sigma*e (issue's baseline); false: Qiu's i.i.d. samples (papers.md 2.5)."""
     returned_point: Literal["mean", "best"] = "mean"
     """Which point is returned: the CMA mean (default) or the best candidate seen (papers.md 6.1.2)."""
     fitness_temperature: float = Field(0.0, ge=0.0)
     """Decoding temperature when scoring candidates; 0 = greedy (papers.md 6.1.4)."""
-    fitness: Literal["accuracy", "answer_probability"] = "accuracy"
-    """accuracy: mean reward of decoded answers (paper); answer_probability: exact P(reference), gray-box option."""
+    fitness: Literal["accuracy", "answer_probability", "answer_logprob"] = "accuracy"
+    """accuracy: mean reward of decoded answers (paper); answer_*: exact P_T / log P of the reference (gray-box)."""
     merged_scoring: bool = True
     """Scorers merge B'A' into the base weights and skip the LoRA path (same function, ~25% faster on CPU)."""
     workers: int = Field(1, ge=1)
@@ -207,7 +209,7 @@ class ESSAConfig(_Strict):
 
     @model_validator(mode="after")
     def _antithetic_pairs(self) -> ESSAConfig:
-        if self.strategy == "es" and self.population % 2:
+        if self.strategy == "es" and self.es_antithetic and self.population % 2:
             raise ValueError(f"population={self.population} must be even for strategy=es (antithetic pairs)")
         return self
 

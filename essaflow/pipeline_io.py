@@ -208,7 +208,7 @@ def check_storage(uri: str, retry_timeout: float = 2.0) -> str:
 
 
 def dataset_name(data: DataConfig) -> str:
-    """A readable folder name for the dataset's source: synthetic, gsm8k-main, problems (from problems.jsonl)."""
+    """A readable folder name for the source: synthetic-arith, gsm8k-main, problems (from problems.jsonl)."""
     if data.source == "synthetic":
         return "synthetic-arith"
     raw = (data.path or data.source).rstrip("/")

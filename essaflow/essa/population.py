@@ -15,10 +15,14 @@ Decisions where the paper is silent (papers.md 6.1):
   weight and runs the plain model with the LoRA path switched off: the same function (up to float rounding) with
   two fewer matmuls per adapted layer, about 25% faster on CPU; the serving path of papers.md 6.1.7. The driver's
   held-out evaluation and the exported adapter use the LoRA path.
-- `essa.fitness: answer_probability` (an option beside the paper's accuracy, not a black-box reward): the mean
-  teacher-forced probability of the reference answer + EOS, one forward pass for the b prompts. For an exact-match
-  reward it equals the expected reward of one completion sampled at temperature 1 (pass@1), computed exactly
-  instead of estimated from a sample, so it has no decoding noise and no ties; it needs the reference answer.
+- `essa.fitness: answer_probability` (an option beside the paper's accuracy, not a black-box reward: it needs the
+  reference answer): the probability that decoding at `essa.fitness_temperature` T produces the reference answer +
+  EOS, computed exactly by one teacher-forced forward pass over the b prompts instead of estimated by decoding.
+  For exact match it is the expected reward of one completion at temperature T (T = 1: expected pass@1), so it
+  has no decoding noise and far fewer ties; T < 1 sharpens it towards greedy accuracy, which it equals at T = 0
+  (the reference is the argmax at every answer step). `answer_logprob` is the mean log-probability of the
+  reference (the SFT objective, a surrogate rather than an expected reward), for measuring the subspace's ceiling
+  the way `bench/essa_ceiling.py` does, but without gradients.
 - Scheduling (6.1.11): dynamic hand-out instead of a fixed candidate-to-worker map. Each worker holds at most
   `inflight` candidates; whenever one returns, the next queued candidate goes to the worker that just finished,
   so a fast worker takes more. Scores do not depend on which worker computed them (same weights, same batch,
@@ -109,7 +113,7 @@ class CandidateScorer:
             return index, self._fitness(prompt_idx, seed)
 
     def _fitness(self, prompt_idx: np.ndarray, seed: int) -> float:
-        if self.spec.fitness == "answer_probability":
+        if self.spec.fitness in ("answer_probability", "answer_logprob"):
             return self._answer_probability(prompt_idx)
         outs = self.generator.generate(
             [self.spec.prompts[i] for i in prompt_idx],
@@ -124,7 +128,7 @@ class CandidateScorer:
 
     @torch.no_grad()
     def _answer_probability(self, prompt_idx: np.ndarray) -> float:
-        """Mean over the minibatch of P(reference answer + EOS | prompt), teacher forced, one forward pass."""
+        """Mean over the minibatch of P_T(reference answer + EOS | prompt), teacher forced, one forward pass."""
         tok = self.generator.tokenizer
         if self._answer_ids is None:  # tokenized once: per-call tokenization would cost more than the forward
             enc_p = tok(self.spec.prompts, add_special_tokens=False)["input_ids"]
@@ -143,8 +147,16 @@ class CandidateScorer:
         device = next(model.parameters()).device
         logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits[:, :-1].float()
         labels = labels[:, 1:].to(device)
-        logp = torch.log_softmax(logits, dim=-1).gather(-1, labels.clamp(min=0).unsqueeze(-1)).squeeze(-1)
-        return float(torch.exp((logp * (labels != -100)).sum(dim=1)).mean())
+        scored = labels != -100
+        target = labels.clamp(min=0).unsqueeze(-1)
+        if self.spec.fitness == "answer_logprob":  # mean log P(reference) at temperature 1: the SFT objective
+            logp = torch.log_softmax(logits, dim=-1).gather(-1, target).squeeze(-1)
+            return float((logp * scored).sum(dim=1).mean())
+        if self.spec.temperature == 0:  # greedy: the reference is decoded iff it is the argmax at every step
+            hit = (logits.argmax(dim=-1) == labels) | ~scored
+            return float(hit.all(dim=1).double().mean())
+        logp = torch.log_softmax(logits / self.spec.temperature, dim=-1).gather(-1, target).squeeze(-1)
+        return float(torch.exp((logp * scored).sum(dim=1)).mean())
 
 
 def payload_bytes(obj: Any) -> int:
@@ -198,19 +210,17 @@ class LocalPopulation:
 
 
 def ensure_ray(num_cpus: int | None = None) -> None:
-    """Connect to RAY_ADDRESS when set, else start a local Ray (no dashboard). No-op when already connected."""
+    """Connect to RAY_ADDRESS when set, else start a new local Ray; no-op when already connected.
+
+    Goes through `essaflow.cluster.connect`, so workers get the driver's settings (runtime env, secrets through a
+    setup hook) and a bare local start never joins a stale `ray start` cluster recorded on this machine.
+    """
     import ray
 
-    if ray.is_initialized():
-        return
-    address = os.environ.get("RAY_ADDRESS")
-    # Worker stdout/stderr (model-loading progress bars) stays in Ray's log files, off the driver's terminal;
-    # worker exceptions still reach the driver through ray.get.
-    opts = {"include_dashboard": False, "logging_level": logging.WARNING, "log_to_driver": False}
-    if address:
-        ray.init(address=address, **opts)
-    else:
-        ray.init(num_cpus=num_cpus, **opts)
+    from essaflow.cluster import connect
+
+    if not ray.is_initialized():
+        connect(num_cpus=num_cpus)
 
 
 class RayPopulation:

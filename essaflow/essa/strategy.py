@@ -6,8 +6,8 @@
 - `sep_cma` separable (diagonal) CMA-ES, a labelled deviation for large d where a d x d covariance is too heavy
             (papers.md 2.1 notes that at ESSA's dimensions C barely adapts, so the two behave alike).
 - `es`      the peer baseline: plain Gaussian ES (Qiu et al. 2025; papers.md 1.5, 2.5) with z-scored fitness,
-            m <- m + (lr / N) sum_n Z_n eps_n (1/sigma folded into lr), plus antithetic pairs (m +- sigma eps) as the
-            issue asks (Qiu's own runs do not mirror; pairs halve the variance on the linear part of the reward).
+            m <- m + (lr / N) sum_n Z_n eps_n (1/sigma folded into lr), with antithetic pairs (m +- sigma eps) as
+            the issue asks, or Qiu's original i.i.d. samples (`essa.es_antithetic: false`).
 
 Every strategy maximises the reward; `cmaes` minimises, so CMA is told the negated fitness (papers.md 2.1
 "cma.tell(X, -F)"). State is plain numpy arrays and scalars: `state_dict()` returns (JSON-able dict, arrays) and
@@ -212,26 +212,35 @@ def antithetic_gradient(fitness: np.ndarray, eps: np.ndarray, sigma: float) -> n
     return (diff @ eps[0::2]) / (2.0 * sigma * diff.shape[0])
 
 
-class AntitheticES(Strategy):
-    """Plain Gaussian ES with antithetic pairs and z-scored fitness (Qiu et al.; papers.md 1.5, 2.5).
+class GaussianES(Strategy):
+    """Plain Gaussian ES with z-scored fitness (Qiu et al.; papers.md 1.5, 2.5), antithetic pairs by default.
 
     sigma stays fixed (no step-size adaptation in Qiu's method); the update is m <- m + (lr/N) sum Z_n eps_n with
-    Z = (F - mean F) / (std F + 1e-8) (Qiu's code adds 1e-8) and N = population.
+    Z = (F - mean F) / (std F + 1e-8) (Qiu's code adds 1e-8) and N = population. With `antithetic` (default, the
+    peer baseline the issue asks for) members 2i and 2i+1 are m +- sigma e_i: the even part of the reward cancels,
+    but N candidates probe only N/2 directions. `antithetic=False` is Qiu's original i.i.d. sampling, which probes
+    N directions and is the better use of a budget when the reward is close to linear at scale sigma.
     """
 
     kind = "es"
 
-    def __init__(self, dimension: int, population: int, sigma0: float, lr: float, seed: int, **kw: Any):
-        if population % 2:
+    def __init__(
+        self, dimension: int, population: int, sigma0: float, lr: float, seed: int, antithetic: bool = True, **kw: Any
+    ):
+        if antithetic and population % 2:
             raise ValueError(f"essa.population={population} must be even for antithetic pairs (essa.strategy=es)")
         super().__init__(dimension, population, **kw)
+        self.antithetic = antithetic
         self._s = _ESState(dimension, sigma0, lr, seed)
 
     def ask(self) -> np.ndarray:
         s = self._s
-        half = s.rng.randn(self.population // 2, self.dimension)
-        s.eps = np.empty((self.population, self.dimension))
-        s.eps[0::2], s.eps[1::2] = half, -half
+        if self.antithetic:
+            half = s.rng.randn(self.population // 2, self.dimension)
+            s.eps = np.empty((self.population, self.dimension))
+            s.eps[0::2], s.eps[1::2] = half, -half
+        else:
+            s.eps = s.rng.randn(self.population, self.dimension)
         return s.mean + s.sigma * s.eps
 
     def _tell(self, candidates: np.ndarray, fitness: np.ndarray) -> None:
@@ -262,5 +271,7 @@ def make_strategy(cfg: ESSAConfig, dimension: int) -> Strategy:
     """The strategy named by essa.strategy, seeded by essa.seed, starting at zero offset (papers.md 6.1.1)."""
     common = {"returned_point": cfg.returned_point}
     if cfg.strategy == "es":
-        return AntitheticES(dimension, cfg.population, cfg.sigma0, cfg.es_lr, cfg.seed, **common)
+        return GaussianES(
+            dimension, cfg.population, cfg.sigma0, cfg.es_lr, cfg.seed, antithetic=cfg.es_antithetic, **common
+        )
     return CMAStrategy(dimension, cfg.population, cfg.sigma0, cfg.seed, separable=cfg.strategy == "sep_cma", **common)

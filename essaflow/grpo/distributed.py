@@ -67,7 +67,9 @@ def run_on_ray(cfg: PipelineConfig, splits: Splits, start: Path, out_dir: Path, 
     from ray.util.queue import Empty, Queue
 
     if not ray.is_initialized():
-        ray.init(include_dashboard=False)  # local, or the cluster named by RAY_ADDRESS
+        from essaflow.cluster import connect
+
+        connect()  # the cluster named by RAY_ADDRESS, else a new local Ray (never a stale `ray start` one)
     use_gpu = resolve_device(cfg.grpo.device).type == "cuda"
     queue = Queue(actor_options={"num_cpus": 0})
     trainer = TorchTrainer(

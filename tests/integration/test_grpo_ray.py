@@ -17,9 +17,18 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def local_ray():
-    ray = pytest.importorskip("ray")
-    # workers import the test reward from tests/unit/grpo_tiny.py, hence the PYTHONPATH
-    ray.init(num_cpus=2, include_dashboard=False, runtime_env={"env_vars": {"PYTHONPATH": str(REPO)}})
+    import ray
+
+    if ray.is_initialized():  # an earlier test's in-process Ray: start clean, with our runtime env
+        ray.shutdown()
+    # workers import the test reward from tests/unit/grpo_tiny.py, hence the PYTHONPATH; "local" never joins a
+    # stale `ray start` cluster recorded on this machine
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        runtime_env={"env_vars": {"PYTHONPATH": str(REPO)}},
+    )
     yield ray
     ray.shutdown()
 

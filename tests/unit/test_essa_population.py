@@ -6,9 +6,11 @@ import numpy as np
 import pytest
 import torch
 
+from essaflow.config import load_config
 from essaflow.essa.population import CandidateScorer, LocalPopulation, payload_bytes
 from essaflow.essa.trainer import scoring_spec
-from essaflow.models import load_model_with_adapter
+from essaflow.models import attach_lora, load_base_model, load_model_with_adapter, load_tokenizer, save_adapter
+from essaflow.warm_start import prepare_splits
 from tests.unit.essa_tiny import make_tiny
 
 
@@ -30,7 +32,7 @@ def test_merged_scoring_matches_the_lora_path(tiny, fitness):
 
 def test_answer_probability_is_the_teacher_forced_probability_of_the_reference(tiny):
     cfg, splits, adapter, spec = tiny
-    scorer = CandidateScorer(dataclasses.replace(spec, fitness="answer_probability"))
+    scorer = CandidateScorer(dataclasses.replace(spec, fitness="answer_probability", temperature=1.0))
     idx = np.array([5, 0, 17])
     got = scorer.score(0, np.zeros(scorer.ready(), np.float32), idx, 0)[1]
     model, tok = load_model_with_adapter(cfg.model, adapter)
@@ -55,3 +57,23 @@ def test_local_population_scores_in_order_and_counts_payload_bytes(tiny):
     per_call = payload_bytes((0, x[0].astype(np.float32), idx, 0))
     assert per_call > 4 * pop.dimension, "the float32 vector dominates what is sent"
     assert stats.bytes_sent == pytest.approx(6 * per_call, rel=0.01) and stats.bytes_received > 0
+
+
+def test_answer_probability_at_temperature_0_is_greedy_exact_match(tmp_path):
+    """On the calibrated tiny base (about 60% greedy): the teacher-forced argmax check equals decoding + reward."""
+    cfg = load_config(None, ["data.synthetic.num_problems=400", "data.eval_size=16", "sampling.max_new_tokens=6"])
+    splits = prepare_splits(cfg.data)
+    model = attach_lora(load_base_model(cfg.model), cfg.model)  # B = 0: the base model itself
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.01, generator=torch.Generator().manual_seed(0))
+    adapter = save_adapter(model, tmp_path / "adapter", load_tokenizer(cfg.model))
+    spec = dataclasses.replace(scoring_spec(cfg, splits, adapter), temperature=0.0)
+    idx = np.arange(96)
+    decoded = CandidateScorer(dataclasses.replace(spec, fitness="accuracy"))
+    forced = CandidateScorer(dataclasses.replace(spec, fitness="answer_probability"))
+    zero = np.zeros(decoded.ready(), np.float32)
+    accuracy = decoded.score(0, zero, idx, 0)[1]
+    assert 0.2 < accuracy < 0.95, "a meaningful mix of right and wrong answers"
+    assert forced.score(0, zero, idx, 0)[1] == pytest.approx(accuracy, abs=1e-12)

@@ -7,7 +7,7 @@ import pytest
 
 from essaflow.config import ConfigError, ESSAConfig, load_config
 from essaflow.essa.checkpoint import read_checkpoint, write_checkpoint
-from essaflow.essa.strategy import AntitheticES, CMAStrategy, antithetic_gradient, make_strategy
+from essaflow.essa.strategy import CMAStrategy, GaussianES, antithetic_gradient, make_strategy
 
 TARGET = np.linspace(-1.0, 1.0, 10)
 
@@ -46,13 +46,22 @@ def test_antithetic_gradient_is_unbiased_on_a_linear_function():
 
 def test_es_update_follows_the_gradient_of_a_linear_reward():
     g = np.random.default_rng(1).normal(size=20)
-    es = AntitheticES(20, 400, sigma0=0.1, lr=0.05, seed=0)
+    es = GaussianES(20, 400, sigma0=0.1, lr=0.05, seed=0)
     x = es.ask()
     assert np.allclose(x[0::2] + x[1::2], 0.0), "members 2i, 2i+1 are an antithetic pair around the mean"
     es.tell(x, x @ g)
     cos = es.mean @ g / (np.linalg.norm(es.mean) * np.linalg.norm(g))
     assert cos > 0.9
     assert es.sigma == 0.1, "plain ES keeps sigma fixed"
+
+
+def test_iid_es_update_follows_the_gradient_too():
+    g = np.random.default_rng(2).normal(size=20)
+    es = GaussianES(20, 400, sigma0=0.1, lr=0.05, seed=0, antithetic=False)
+    x = es.ask()
+    assert not np.allclose(x[0::2] + x[1::2], 0.0)
+    es.tell(x, x @ g)
+    assert es.mean @ g / (np.linalg.norm(es.mean) * np.linalg.norm(g)) > 0.9
 
 
 @pytest.mark.parametrize("kind", ["cma", "sep_cma", "es"])
