@@ -264,6 +264,10 @@ def connect(
         return ClusterConnection(current, local=False, auth_mode=os.environ.get("RAY_AUTH_MODE", "disabled"))
     if auth_token_path is not None:
         use_token_auth(auth_token_path)
+    else:
+        # Ray caches the auth mode and token per process on first use: without a reload, a process that talked
+        # to one cluster (or started a local Ray, which generates a token) presents stale credentials to the next.
+        reload_ray_auth()
     values = select_env(None, env_keys)
     values.update(env or {})
     rt = runtime_env_for(values, runtime_env)

@@ -168,7 +168,8 @@ def test_connect_without_an_address_starts_a_new_local_ray(fake_ray, monkeypatch
     if ray_address:
         monkeypatch.setenv("RAY_ADDRESS", ray_address)
     conn = cluster.connect(num_cpus=2)
-    (call,) = fake_ray.calls
+    reload, call = fake_ray.calls  # auth cache refreshed: a stale token from an earlier cluster is not reused
+    assert reload == {"reload_auth": True}
     # "local" and not None: ray.init() would otherwise join the last `ray start` cluster of this machine
     assert call["address"] == "local" and call["num_cpus"] == 2 and call["include_dashboard"] is False
     assert conn.local
