@@ -173,9 +173,9 @@ class ESSAConfig(_Strict):
     minibatch: int = Field(128, ge=1)
     """b: prompts per generation, shared by all candidates for fair ranking (papers.md 6.1.3)."""
     strategy: Literal["cma", "sep_cma", "es"] = "cma"
-    """cma: full-covariance CMA-ES (paper); sep_cma: diagonal, for large d; es: antithetic Gaussian ES (Qiu)."""
+    """cma: full-covariance CMA-ES (paper); sep_cma: diagonal, for large d; es: plain Gaussian ES (Qiu, 2.5)."""
     es_lr: float = Field(0.05, gt=0)
-    """Learning rate of the plain ES baseline (strategy=es only)."""
+    """strategy=es: step m += (lr/N) sum z_n eps_n, 1/sigma folded in as in Qiu (papers.md 2.5)."""
     es_antithetic: bool = True
     """strategy=es: mirrored pairs m +- sigma*e (issue's baseline); false: Qiu's i.i.d. samples (papers.md 2.5)."""
     returned_point: Literal["mean", "best"] = "mean"

@@ -69,6 +69,11 @@ def run_essa_job(cfg: PipelineConfig) -> dict[str, Any]:
             if "eval_greedy" in row:
                 info += f" held-out greedy {row['eval_greedy']:.3f}"
             bar.update(task, completed=row["generation"], info=info)
+            if not console.is_terminal and "eval_greedy" in row:  # logs (CI, Prefect): a line per held-out eval
+                line = f"ESSA {row['generation']}/{e.generations}: held-out greedy {row['eval_greedy']:.3f}"
+                if "fitness_mean" in row:
+                    line += f", fitness {row['fitness_mean']:.3f}, {row['candidates_per_s']:.0f} cand/s"
+                console.print(line, soft_wrap=True)
 
         result = train_essa(cfg, splits, sft, run_dir, checkpoint_dir=run_dir / "checkpoints", on_metrics=on_metrics)
     after = evaluate_adapter(cfg.model, result.adapter_dir, splits.eval, cfg.eval, cfg.sampling)
@@ -87,6 +92,8 @@ def run_essa_job(cfg: PipelineConfig) -> dict[str, Any]:
         "population": e.population,
         "sigma0": e.sigma0,
         "strategy": e.strategy,
+        "fitness": e.fitness,
+        "minibatch": e.minibatch,
         "workers": e.workers if e.backend == "ray" else 0,
         "candidates_per_s": round(sum(m["candidates_per_s"] for m in gens) / max(len(gens), 1), 2),
         "held_out_curve": [[m["generation"], round(m["eval_greedy"], 4)] for m in evals],

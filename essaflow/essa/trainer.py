@@ -78,6 +78,14 @@ class MinibatchSampler:
         restore_attrs(self, meta, arrays, "")
 
 
+# The settings a run's trajectory depends on: a checkpoint only resumes under the same values. The others
+# (generations, eval/checkpoint cadence, target, workers, backend) may change between attempts.
+SEARCH_FIELDS = {
+    "alpha", "population", "sigma0", "minibatch", "strategy", "es_lr", "es_antithetic", "returned_point",
+    "fitness_temperature", "fitness", "seed", "nonnegative", "merged_scoring",
+}  # fmt: skip
+
+
 def generation_seed(seed: int, generation: int) -> int:
     """Sampling seed of a generation's fitness decoding (common to all its candidates)."""
     return int(np.random.SeedSequence([seed, generation]).generate_state(1)[0] % (2**31 - 1))
@@ -138,9 +146,17 @@ def train_essa(
     metrics: list[dict[str, Any]] = []
     generation, resumed_from = 0, None
 
+    search = e.model_dump(include=SEARCH_FIELDS)
     latest = latest_checkpoint(checkpoint_dir)
     if latest is not None:
         generation, parts = read_checkpoint(latest)
+        saved = parts["trainer"][0].get("search", {})
+        changed = sorted(k for k in search if saved.get(k) != search[k])
+        if changed:
+            raise ValueError(
+                f"checkpoint {latest} was written with different essa settings ({', '.join(changed)}); resuming "
+                "would not replay the run. Use a fresh checkpoint directory or restore the settings."
+            )
         strategy.load_state_dict(*parts["strategy"])
         sampler.load_state_dict(*parts["sampler"])
         metrics = parts["trainer"][0]["metrics"]
@@ -154,7 +170,7 @@ def train_essa(
     def checkpoint() -> None:
         if checkpoint_dir is None:
             return
-        trainer_meta = {"generation": generation, "dimension": svd.dimension, "metrics": metrics}
+        trainer_meta = {"generation": generation, "dimension": svd.dimension, "search": search, "metrics": metrics}
         path = write_checkpoint(
             checkpoint_dir,
             generation,

@@ -19,6 +19,7 @@ from essaflow.warm_start import prepare_splits
 
 ALL_LINEAR = "[q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj]"
 
+
 def _low_digit(completion: str, reference: str) -> float:
     """1 when the completion starts with a digit 0-4."""
     del reference

@@ -55,6 +55,11 @@ def test_kill_and_resume_equals_uninterrupted_bitwise(tmp_path, strategy):
     (ckpt / "00000005").mkdir()  # a torn write without manifest is ignored
     assert latest_checkpoint(ckpt).name == "00000004"
 
+    changed = cfg.model_copy(deep=True)
+    changed.essa.sigma0 = 0.7
+    with pytest.raises(ValueError, match="sigma0"):  # a checkpoint only resumes the run that wrote it
+        train_essa(changed, splits, adapter, tmp_path / "run", ckpt)
+
     resumed = train_essa(cfg, splits, adapter, tmp_path / "run", ckpt)
     assert resumed.resumed_from == 4 and resumed.steps == 6
     assert np.array_equal(np.load(resumed.adapter_dir / "essa_offsets.npy"), offsets)
