@@ -237,6 +237,7 @@ def connect(
     runtime_env: Mapping[str, Any] | None = None,
     auth_token_path: str | Path | None = None,
     namespace: str | None = None,
+    log_to_driver: bool = True,
 ) -> ClusterConnection:
     """Join the Ray cluster at ``address`` (default RAY_ADDRESS), or start a local Ray when neither is set.
 
@@ -249,6 +250,7 @@ def connect(
         runtime_env: the caller's own runtime_env (working_dir, pip, more env_vars), merged.
         auth_token_path: token file of a cluster with token auth; sets RAY_AUTH_MODE=token for this process.
         namespace: Ray namespace (named actors live in one).
+        log_to_driver: forward workers' stdout/stderr to this process (off keeps model-loading noise in Ray's logs).
 
     When this process is already connected, nothing is re-initialised: the workers keep the settings of the first
     connection (a warning says so).
@@ -271,7 +273,12 @@ def connect(
     values = select_env(None, env_keys)
     values.update(env or {})
     rt = runtime_env_for(values, runtime_env)
-    kwargs: dict[str, Any] = {"runtime_env": rt, "namespace": namespace, "logging_level": logging.WARNING}
+    kwargs: dict[str, Any] = {
+        "runtime_env": rt,
+        "namespace": namespace,
+        "logging_level": logging.WARNING,
+        "log_to_driver": log_to_driver,
+    }
     t0 = time.monotonic()
     if address:
         if num_cpus is not None or num_gpus is not None:

@@ -220,7 +220,8 @@ def ensure_ray(num_cpus: int | None = None) -> None:
     from essaflow.cluster import connect
 
     if not ray.is_initialized():
-        connect(num_cpus=num_cpus)
+        # worker stdout (model-loading bars) stays in Ray's log files; exceptions still reach the driver
+        connect(num_cpus=num_cpus, log_to_driver=False)
 
 
 class RayPopulation:
