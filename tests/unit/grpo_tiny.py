@@ -8,14 +8,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from essaflow.config import PipelineConfig, load_config
 from essaflow.data import Splits
 from essaflow.models import attach_lora, load_base_model, save_adapter
 from essaflow.rewards import REWARDS, register_reward
-from essaflow.tiny_model import build_char_tokenizer
 from essaflow.warm_start import prepare_splits
+from tests.unit.essa_tiny import random_base
 
 if "test_low_digit" not in REWARDS:
 
@@ -28,20 +27,7 @@ if "test_low_digit" not in REWARDS:
 
 def make_tiny(root: Path, overrides: list[str] | None = None) -> tuple[PipelineConfig, Splits, Path]:
     """(config, splits, start adapter) for a 2-layer, 32-wide random Llama saved under root."""
-    base = root / "base"
-    if not (base / "config.json").exists():
-        torch.manual_seed(0)
-        tok = build_char_tokenizer()
-        model = LlamaForCausalLM(
-            LlamaConfig(
-                vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=32,
-                pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, bos_token_id=tok.eos_token_id,
-                tie_word_embeddings=True,
-            )
-        )  # fmt: skip
-        model.save_pretrained(base)
-        tok.save_pretrained(base)
+    base = random_base(root)
     cfg = load_config(
         None,
         [
