@@ -118,7 +118,10 @@ def _finetune(cfg: PipelineConfig, progress: bool) -> dict[str, Any]:
     return (
         {k: out[k] for k in keys}
         | {"stages": out["stages"]}
-        | {k: out[k] for k in ("run_id", "decision", "cached", "flow_s", "overhead", "parts")}
+        | {
+            k: out[k]
+            for k in ("run_id", "mlflow_run_id", "decision", "training", "cached", "flow_s", "overhead", "parts")
+        }
     )
 
 

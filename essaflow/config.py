@@ -14,6 +14,15 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+PlacementStrategy = Literal["SPREAD", "PACK", "STRICT_SPREAD", "STRICT_PACK"]
+
+
+def _ray_quantity(value: float) -> float:
+    """Ray takes fractions of a resource only below 1: 0.5 or 2 CPUs, not 1.5."""
+    if value > 1 and not float(value).is_integer():
+        raise ValueError(f"{value}: Ray accepts fractions only below 1 (whole numbers above)")
+    return value
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_assignment=True)
@@ -206,6 +215,15 @@ class ESSAConfig(_Strict):
     """How often Ray restarts a dead worker; its candidates go to live workers meanwhile."""
     worker_gpus: float = Field(0.0, ge=0.0)
     """GPUs per Ray worker (1 on GPU clusters: one model instance per GPU, ESSA-v3 sec. 4)."""
+    worker_cpus: float = Field(1.0, gt=0.0)
+    """CPUs per Ray worker (below 1: several workers share a core, e.g. a small test cluster)."""
+    placement_strategy: PlacementStrategy = "SPREAD"
+    """How the workers' placement group spreads over nodes: SPREAD (default: a lost node takes few workers),
+    PACK, STRICT_SPREAD or STRICT_PACK (Ray's placement group strategies)."""
+    placement_timeout_s: float = Field(120.0, gt=0)
+    """How long to wait for the workers' resources before failing with a ClusterCapacityError."""
+
+    _whole_resources = field_validator("worker_cpus", "worker_gpus")(_ray_quantity)
 
     @model_validator(mode="after")
     def _antithetic_pairs(self) -> ESSAConfig:
@@ -277,12 +295,21 @@ class GRPOConfig(_Strict):
     """Ray Train workers (DDP); groups are split across them, 1 -> N is this field only."""
     ray_for_single_worker: bool = False
     """workers=1 runs in-process (same loop, world size 1) unless this forces a one-worker Ray Train run."""
+    worker_cpus: float = Field(1.0, gt=0.0)
+    """CPUs per Ray Train worker (on GPU each worker also takes one whole GPU)."""
+    placement_strategy: PlacementStrategy = "PACK"
+    """Ray Train placement of the DDP workers: PACK (default: fewer cross-node all-reduce hops) or SPREAD, ..."""
+    max_failures: int = Field(2, ge=-1)
+    """Ray Train restarts the worker group this often after a worker or node dies (-1: no limit); each restart
+    resumes from the latest checkpoint in the run's checkpoint directory, which every node must be able to read."""
     eval_every: int = Field(50, ge=0)
     """Held-out greedy accuracy every this many steps (0 = never)."""
     checkpoint_every: int = Field(50, ge=0)
     """Checkpoint every N steps (0 = only at the end)."""
     seed: int = 0
     """Seed of rollouts and prompt order."""
+
+    _whole_cpus = field_validator("worker_cpus")(_ray_quantity)
 
     @field_validator("loss")
     @classmethod

@@ -27,6 +27,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -107,6 +108,11 @@ class AdapterRef(Ref):
     """sft | essa | fgrpo | none | given."""
     steps: int = 0
     resumed_from: int | None = None
+    """Step/generation of the checkpoint the last training attempt resumed from (None: it started fresh)."""
+    work_by_node: dict[str, int] = {}
+    """Ray node (short id) -> ESSA candidates scored there / GRPO worker starts there."""
+    worker_failures: int = 0
+    """Workers lost while training (ESSA re-dispatched their candidates; GRPO restarted from a checkpoint)."""
 
 
 class EvalRef(Ref):
@@ -143,6 +149,8 @@ class PipelineResult(BaseModel):
     mlflow_run_id: str
     dataset_uri: str
     adapter_uri: str
+    training: dict[str, Any] = {}
+    """The training stage: method, steps, resumed_from, work_by_node (Ray node -> work), worker_failures."""
     stages: dict[str, float]
     """Wall seconds per stage as the orchestrator recorded them (0 for cache hits)."""
     cached: list[str]

@@ -23,3 +23,8 @@ class TrainResult:
     """One dict per generation/step (and held-out evals), in order."""
     resumed_from: int | None = None
     """Step/generation of the checkpoint this run resumed from, if any."""
+    work_by_node: dict[str, int] = field(default_factory=dict)
+    """How the work spread over Ray nodes (short node id -> ESSA candidates scored / GRPO worker starts)."""
+    worker_failures: int = 0
+    """Workers lost during this call (ESSA: actor deaths, their candidates re-dispatched; GRPO: Ray Train
+    worker-group restarts, each resumed from the latest checkpoint)."""

@@ -194,6 +194,7 @@ def close_run(
         mlflow_run_id=run.mlflow_run_id,
         dataset_uri=dataset.uri,
         adapter_uri=adapter.uri,
+        training=adapter.model_dump(include={"kind", "steps", "resumed_from", "work_by_node", "worker_failures"}),
         stages=walls,
         cached=sorted(cached),
         flow_s=flow_s,

@@ -175,8 +175,18 @@ def train(config: PipelineConfig, dataset: DatasetRef, sft: AdapterRef, run: Run
         progress.update(total, "done")
         with timer.part("storage"):
             uri, digest = publish_dir(store, adapter_prefix, Path(result.adapter_dir), overwrite=True)
+        if result.work_by_node:
+            log.info("work by Ray node: %s; workers lost: %d", result.work_by_node, result.worker_failures)
         with timer.part("tracking"):
-            summary = {"steps": result.steps, "wall_s": result.wall_s, "bytes_per_update": result.bytes_per_update}
+            summary = {
+                "steps": result.steps,
+                "wall_s": result.wall_s,
+                "bytes_per_update": result.bytes_per_update,
+                "nodes_used": len(result.work_by_node),
+                "worker_failures": result.worker_failures,
+            }
+            if result.resumed_from is not None:
+                summary["resumed_from"] = result.resumed_from
             tracking.log_step_metrics(mlrun, [{"step": result.steps, **summary}], prefix="train.summary")
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -186,6 +196,8 @@ def train(config: PipelineConfig, dataset: DatasetRef, sft: AdapterRef, run: Run
         kind=config.method,
         steps=result.steps,
         resumed_from=result.resumed_from,
+        work_by_node=result.work_by_node,
+        worker_failures=result.worker_failures,
         stage="train",
         timings=timer.timings(),
     )

@@ -41,7 +41,7 @@ import logging
 import os
 import pickle
 import time
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,9 +97,9 @@ class CandidateScorer:
         # (LoRA layer, its base weight W0) for merged scoring: W0 + scaling * B'A' is written per candidate.
         self._merge = [(m, m.base_layer.weight.detach().clone()) for m, _ in self.svd.modules()] if spec.merged else []
 
-    def ready(self) -> int:
-        """The search dimension (the driver checks it matches its own)."""
-        return self.svd.dimension
+    def ready(self) -> tuple[int, str]:
+        """The search dimension (the driver checks it matches its own) and the Ray node this scorer runs on."""
+        return self.svd.dimension, _node_id()
 
     def score(self, index: int, offsets: np.ndarray, prompt_idx: np.ndarray, seed: int) -> tuple[int, float]:
         """Fitness of one candidate on the minibatch (all b prompts in one batched call)."""
@@ -159,6 +159,13 @@ class CandidateScorer:
         return float(torch.exp((logp * scored).sum(dim=1)).mean())
 
 
+def _node_id() -> str:
+    """Id of the Ray node running this process ("local" outside Ray)."""
+    import ray
+
+    return ray.get_runtime_context().get_node_id() if ray.is_initialized() else "local"
+
+
 def payload_bytes(obj: Any) -> int:
     """Serialized size of a call's arguments or reply (pickle protocol 5, as Ray's serializer uses)."""
     return len(pickle.dumps(obj, protocol=5))
@@ -177,6 +184,8 @@ class GenerationStats:
     duplicates_dropped: int = 0
     per_worker: list[int] = field(default_factory=list)
     """Candidates each worker scored (dynamic hand-out shows here)."""
+    per_node: dict[str, int] = field(default_factory=dict)
+    """Candidates scored on each Ray node (node id -> count): how the work spread over the cluster."""
 
     @property
     def bytes_total(self) -> int:
@@ -188,7 +197,7 @@ class LocalPopulation:
 
     def __init__(self, spec: ScoringSpec):
         self.scorer = CandidateScorer(spec)
-        self.dimension = self.scorer.ready()
+        self.dimension, self.node = self.scorer.ready()
         self.setup_bytes = payload_bytes(spec)
 
     def evaluate(self, candidates: np.ndarray, prompt_idx: np.ndarray, seed: int) -> tuple[np.ndarray, GenerationStats]:
@@ -202,6 +211,7 @@ class LocalPopulation:
             stats.bytes_received += payload_bytes(reply)
             fitness[i] = reply[1]
             stats.per_worker[0] += 1
+        stats.per_node = {self.node: len(candidates)}
         stats.wall_s = time.perf_counter() - start
         return fitness, stats
 
@@ -227,12 +237,18 @@ def ensure_ray(num_cpus: int | None = None) -> None:
 class RayPopulation:
     """A pool of scorer actors with dynamic hand-out and re-dispatch of a dead worker's candidates.
 
+    The actors live in one placement group (one bundle each, `strategy` over the nodes): a request the cluster
+    cannot meet fails at once with a ClusterCapacityError instead of waiting, and when a node dies Ray re-places
+    the lost bundles wherever they fit, so restarted workers rejoin on the surviving nodes.
+
     Args:
         spec: what every worker loads once.
         workers: number of actors (one per GPU, or per CPU slot).
         inflight: candidates queued per worker at a time; 2 hides the driver round trip behind the current score.
         max_restarts: how often Ray may restart each actor.
         cpus_per_worker, gpus_per_worker: Ray resources of each actor.
+        strategy: placement-group strategy (SPREAD: a lost node takes as few workers as possible).
+        placement_timeout_s: how long to wait for the resources before a ClusterCapacityError.
         worker_class: the scorer class wrapped as the actor (tests pass a subclass that injects faults).
         start_timeout_s: how long to wait for every worker to load its model before failing clearly.
     """
@@ -245,32 +261,57 @@ class RayPopulation:
         max_restarts: int = 3,
         cpus_per_worker: float = 1.0,
         gpus_per_worker: float = 0.0,
+        strategy: str = "SPREAD",
+        placement_timeout_s: float = 120.0,
         worker_class: type = CandidateScorer,
         start_timeout_s: float = 600.0,
     ):
         import ray
+        from ray.util.placement_group import remove_placement_group
+
+        from essaflow import cluster
 
         ensure_ray(num_cpus=max(os.cpu_count() or 1, int(np.ceil(workers * cpus_per_worker))))
-        actor_cls = ray.remote(worker_class).options(
-            num_cpus=cpus_per_worker, num_gpus=gpus_per_worker, max_restarts=max_restarts, max_task_retries=0
-        )
         self.inflight = inflight
         self.setup_bytes = payload_bytes(spec) * workers
-        self.actors = [actor_cls.remote(spec) for _ in range(workers)]
+        self._pg = cluster.placement_group_for(
+            workers, cpus_per_worker, gpus_per_worker, strategy=strategy, timeout_s=placement_timeout_s
+        )
+        actor_cls = ray.remote(worker_class)
+        self.actors = [
+            actor_cls.options(
+                **cluster.worker_options(self._pg, i, cpus_per_worker, gpus_per_worker),
+                max_restarts=max_restarts,
+                max_task_retries=0,
+            ).remote(spec)
+            for i in range(workers)
+        ]
         try:
-            dims = ray.get([a.ready.remote() for a in self.actors], timeout=start_timeout_s)
+            hello = ray.get([a.ready.remote() for a in self.actors], timeout=start_timeout_s)
         except ray.exceptions.GetTimeoutError:
+            self.close()
             raise RuntimeError(
-                f"{workers} ESSA workers did not start within {start_timeout_s:.0f}s: does the Ray cluster have "
-                f"{cpus_per_worker} CPU(s) and {gpus_per_worker} GPU(s) free per worker (essa.workers)?"
+                f"{workers} ESSA workers did not load the model within {start_timeout_s:.0f}s (essa.workers)"
             ) from None
-        if len(set(dims)) != 1:
-            raise RuntimeError(f"workers disagree on the search dimension: {dims}")
-        self.dimension = dims[0]
+        except BaseException:
+            remove_placement_group(self._pg)
+            raise
+        dims = {d for d, _ in hello}
+        if len(dims) != 1:
+            self.close()
+            raise RuntimeError(f"workers disagree on the search dimension: {sorted(dims)}")
+        self.dimension = dims.pop()
+        self.worker_nodes = [node for _, node in hello]
+        """The Ray node of each worker (updated when a restarted worker rejoins, possibly elsewhere)."""
+        log.info("ESSA: %d workers on %d node(s): %s", workers, len(set(self.worker_nodes)), self.placement())
         self._live = set(range(workers))
         self._rejoining: dict[Any, int] = {}  # ObjectRef of a `ready` call -> worker being restarted by Ray
         self._pings = [0] * workers
         self.max_pings = 300  # ~30 s of 0.1 s spaced pings while Ray restarts an actor
+
+    def placement(self) -> dict[str, int]:
+        """Workers per node (short node ids), e.g. {"3f2a9c1b": 1, "77d0e412": 1}."""
+        return dict(Counter(n[:8] for n in self.worker_nodes))
 
     def evaluate(self, candidates: np.ndarray, prompt_idx: np.ndarray, seed: int) -> tuple[np.ndarray, GenerationStats]:
         """One fitness per candidate (in candidate order); survives workers dying mid-generation."""
@@ -305,10 +346,10 @@ class RayPopulation:
             if ref in rejoining:
                 w = rejoining.pop(ref)
                 try:
-                    ray.get(ref)
+                    _, self.worker_nodes[w] = ray.get(ref)
                     live.add(w)
                     self._pings[w] = 0
-                    log.warning("ESSA worker %d is back", w)
+                    log.warning("ESSA worker %d is back, on node %s", w, self.worker_nodes[w][:8])
                 except ActorUnavailableError:  # still restarting: ask again, briefly spaced
                     self._pings[w] += 1
                     if self._pings[w] <= self.max_pings:
@@ -341,13 +382,19 @@ class RayPopulation:
                     else:
                         fitness[i] = value
                         stats.per_worker[w] += 1
+                        node = self.worker_nodes[w]
+                        stats.per_node[node] = stats.per_node.get(node, 0) + 1
             hand_out()
         stats.wall_s = time.perf_counter() - start
         return np.array([fitness[i] for i in range(len(payload))]), stats
 
     def close(self) -> None:
         import ray
+        from ray.util.placement_group import remove_placement_group
 
         for actor in self.actors:
             ray.kill(actor, no_restart=True)
         self.actors = []
+        if self._pg is not None:
+            remove_placement_group(self._pg)
+            self._pg = None

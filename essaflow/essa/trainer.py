@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -121,7 +122,10 @@ def _make_population(cfg: PipelineConfig, splits: Splits, sft_adapter: Path) -> 
         workers=e.workers,
         inflight=e.inflight_per_worker,
         max_restarts=e.worker_max_restarts,
+        cpus_per_worker=e.worker_cpus,
         gpus_per_worker=e.worker_gpus,
+        strategy=e.placement_strategy,
+        placement_timeout_s=e.placement_timeout_s,
     )
 
 
@@ -186,6 +190,8 @@ def train_essa(
     stopped_early = any(m.get("stopped_early") for m in metrics)
     population = None
     bytes_seen: list[int] = []
+    by_node: Counter[str] = Counter()
+    failures = 0
     try:
         if generation < e.generations and not stopped_early:
             population = _make_population(cfg, splits, sft_adapter)
@@ -200,6 +206,8 @@ def train_essa(
             generation += 1
             wall = time.perf_counter() - t0
             bytes_seen.append(stats.bytes_total)
+            by_node.update({node[:8]: n for node, n in stats.per_node.items()})
+            failures += stats.worker_failures
             row: dict[str, Any] = {
                 "generation": generation,
                 "fitness_mean": float(fitness.mean()),
@@ -213,7 +221,10 @@ def train_essa(
                 "bytes_received": stats.bytes_received,
                 "bytes": stats.bytes_total,
                 "redispatched": stats.redispatched,
+                "worker_failures": stats.worker_failures,
+                "nodes_active": len(stats.per_node),
                 "per_worker": stats.per_worker,
+                "per_node": {node[:8]: n for node, n in stats.per_node.items()},
             }
             if e.eval_every > 0 and (generation % e.eval_every == 0 or generation == e.generations):
                 row["eval_greedy"] = held_out()
@@ -241,6 +252,8 @@ def train_essa(
         bytes_per_update=float(np.mean(bytes_seen)),
         metrics=metrics,
         resumed_from=resumed_from,
+        work_by_node=dict(by_node.most_common()),
+        worker_failures=failures,
     )
 
 

@@ -6,6 +6,12 @@ final summary) travel to the driver through a Ray queue while `fit()` runs in a 
 driver's `on_metrics` / `on_checkpoint` see them live. A driver callback that raises stops the relay and is
 re-raised once the workers have finished (in-process runs raise at once).
 
+Placement and failures: one bundle per worker (`grpo.worker_cpus`, plus one whole GPU on CUDA) placed by
+`grpo.placement_strategy`; the request is checked against the cluster first (ClusterCapacityError, not a hang).
+When a worker or its node dies, Ray Train restarts the worker group (`grpo.max_failures` times) and every rank
+resumes from the latest complete checkpoint in `checkpoint_dir`, so on a multi-node cluster that directory must
+be on storage all nodes share (the pipeline's train task also syncs each checkpoint to S3 for task retries).
+
 Registry entries named by the config (reward, loss, advantage) are shipped to the workers with the payload, so
 estimators or rewards registered only in the driver (a script, a notebook, a test) work on workers too; workers
 must still be able to import the module that defines them unless it is `__main__` (cloudpickle by value).
@@ -42,6 +48,9 @@ def _ray_worker_entry(config: dict) -> None:
     cfg: PipelineConfig = config["cfg"]
     info = WorkerInfo(ctx.get_world_rank(), ctx.get_world_size(), ray.train.torch.get_device())
     queue = config["queue"]
+    # every rank says where it runs (again after a restart): the driver counts restarts and nodes from these
+    node = ray.get_runtime_context().get_node_id()
+    queue.put(("worker", {"rank": info.rank, "world_size": info.world_size, "node": node}))
 
     def emit(kind: str, payload: Any) -> None:
         if info.rank == 0:
@@ -62,16 +71,24 @@ def _ray_worker_entry(config: dict) -> None:
 def run_on_ray(cfg: PipelineConfig, splits: Splits, start: Path, out_dir: Path, ckpt_dir: Path | None, emit: Emit):
     """Launch `cfg.grpo.workers` Ray Train DDP workers and relay rank 0's reports to `emit` as they arrive."""
     import ray
-    from ray.train import RunConfig, ScalingConfig
+    from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
     from ray.util.queue import Empty, Queue
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from essaflow import cluster
 
     if not ray.is_initialized():
-        from essaflow.cluster import connect
-
-        connect()  # the cluster named by RAY_ADDRESS, else a new local Ray (never a stale `ray start` one)
-    use_gpu = resolve_device(cfg.grpo.device).type == "cuda"
-    queue = Queue(actor_options={"num_cpus": 0})
+        cluster.connect()  # the cluster named by RAY_ADDRESS, else a new local Ray (never a stale `ray start` one)
+    g = cfg.grpo
+    use_gpu = resolve_device(g.device).type == "cuda"
+    per_worker = cluster.bundle_for(g.worker_cpus, 1.0 if use_gpu else 0.0)
+    # Ray Train waits without end for resources the cluster lacks: say so now, naming what it has
+    nodes = [n.resources for n in cluster.describe_cluster()]
+    cluster.check_capacity(g.workers, per_worker, nodes, g.placement_strategy)
+    # The relay lives beside the driver: a lost worker node must not take rank 0's reports with it
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
+    queue = Queue(actor_options={"num_cpus": 0, "scheduling_strategy": here})
     trainer = TorchTrainer(
         _ray_worker_entry,
         train_loop_config={
@@ -88,9 +105,19 @@ def run_on_ray(cfg: PipelineConfig, splits: Splits, start: Path, out_dir: Path, 
             "checkpoint_dir": str(ckpt_dir) if ckpt_dir else None,
             "queue": queue,
         },
-        scaling_config=ScalingConfig(num_workers=cfg.grpo.workers, use_gpu=use_gpu, resources_per_worker={"CPU": 1}),
+        scaling_config=ScalingConfig(
+            num_workers=g.workers,
+            use_gpu=use_gpu,
+            resources_per_worker=per_worker,
+            placement_strategy=g.placement_strategy,
+        ),
         torch_config=TorchConfig(backend="nccl" if use_gpu else "gloo"),
-        run_config=RunConfig(name=f"grpo-{int(time.time() * 1000)}", storage_path=str(out_dir.resolve() / "ray")),
+        run_config=RunConfig(
+            name=f"grpo-{int(time.time() * 1000)}",
+            storage_path=str(out_dir.resolve() / "ray"),
+            # a lost worker or node restarts the whole group, which resumes from checkpoint_dir (run_worker)
+            failure_config=FailureConfig(max_failures=g.max_failures),
+        ),
     )
     outcome: dict[str, Any] = {}
 

@@ -37,6 +37,7 @@ import logging
 import math
 import shutil
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -375,7 +376,7 @@ def train_grpo(
     if checkpoint_dir is not None:
         checkpoint_dir = Path(checkpoint_dir).resolve()
         checkpoint_dir.mkdir(parents=True, exist_ok=True)
-    box: dict[str, Any] = {"metrics": []}
+    box: dict[str, Any] = {"metrics": [], "starts": []}
 
     def emit(kind: str, payload: Any) -> None:
         if kind == "metrics":
@@ -386,6 +387,9 @@ def train_grpo(
             on_checkpoint(Path(payload))
         elif kind == "resumed":
             log.info("resumed from step %d", payload)
+        elif kind == "worker":  # a Ray Train worker started (again, after a restart): rank, node
+            box["starts"].append(payload)
+            log.info("GRPO rank %d of %d on node %s", payload["rank"], payload["world_size"], payload["node"][:8])
         elif kind == "done":
             box["done"] = payload
 
@@ -405,6 +409,8 @@ def train_grpo(
         bytes_per_update=done["bytes_per_update"],
         metrics=done["metrics"],  # includes the steps before a resume (kept in the checkpoint)
         resumed_from=done["resumed_from"],
+        work_by_node=dict(Counter(s["node"][:8] for s in box["starts"]).most_common()),
+        worker_failures=max(0, sum(1 for s in box["starts"] if s["rank"] == 0) - 1),  # group restarts
     )
 
 

@@ -1,18 +1,20 @@
 """ESSA on a real local Ray: workers agree with each other and with the in-process path, a worker killed
-mid-generation loses and double-counts nothing, and a short run on the calibrated tiny model improves held-out
-reward."""
+mid-generation loses and double-counts nothing, workers the cluster cannot hold fail at once, and a short run on
+the calibrated tiny model improves held-out reward."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import ray
 
+from essaflow.cluster import ClusterCapacityError
 from essaflow.config import load_config
 from essaflow.essa.population import CandidateScorer, LocalPopulation, RayPopulation
 from essaflow.essa.trainer import scoring_spec, train_essa
@@ -96,6 +98,18 @@ def test_worker_killed_mid_generation_loses_and_double_counts_nothing(tiny, tmp_
         pool.close()
 
 
+def test_workers_the_cluster_cannot_hold_fail_before_any_model_loads(tiny):
+    cfg, splits, adapter = tiny
+    spec = scoring_spec(cfg, splits, adapter)
+    t0 = time.monotonic()
+    with pytest.raises(ClusterCapacityError, match=r"3 workers x \{CPU: 1, GPU: 1\}.*no node can hold even one"):
+        RayPopulation(spec, workers=3, gpus_per_worker=1)
+    with pytest.raises(ClusterCapacityError, match="at most 2 fit"):
+        RayPopulation(spec, workers=3, cpus_per_worker=1)
+    assert time.monotonic() - t0 < 5  # checked against the nodes, nothing started
+    assert all(g["state"] == "REMOVED" for g in ray.util.placement_group_table().values())  # none left behind
+
+
 def test_short_run_raises_held_out_reward_on_the_tiny_model(tmp_path):
     """A small budget of the preset (2 Ray workers) on the calibrated tiny model raises the held-out expected reward.
 
@@ -127,7 +141,7 @@ def test_short_run_raises_held_out_reward_on_the_tiny_model(tmp_path):
     )
     scorer = CandidateScorer(held_out)
     everything = np.arange(len(splits.eval))
-    before = scorer.score(0, np.zeros(scorer.ready(), np.float32), everything, 0)[1]
+    before = scorer.score(0, np.zeros(scorer.ready()[0], np.float32), everything, 0)[1]
     after = scorer.score(0, np.load(result.adapter_dir / "essa_offsets.npy").astype(np.float32), everything, 0)[1]
     print(f"held-out expected reward (pass@1 at T=1) {before:.4f} -> {after:.4f}")
     assert after > before + 0.005, f"held-out expected reward {before:.4f} -> {after:.4f}"

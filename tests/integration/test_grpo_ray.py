@@ -61,3 +61,16 @@ def test_two_ray_workers_make_the_same_update_as_one(local_ray, tmp_path, monkey
     assert torch.equal(
         load_file(str(latest / "adapter" / "adapter_model.safetensors"))[next(iter(b))], b[next(iter(b))]
     )
+
+
+def test_workers_the_cluster_cannot_hold_fail_before_training_starts(local_ray, tmp_path):
+    import time
+
+    from essaflow.cluster import ClusterCapacityError
+
+    cfg, splits, start = make_tiny(tmp_path / "tiny", ["grpo.workers=4", "grpo.steps=1"])
+    t0 = time.monotonic()
+    with pytest.raises(ClusterCapacityError, match=r"4 workers x \{CPU: 1, GPU: 0\} \(PACK\): at most 2 fit"):
+        train_grpo(cfg, splits, start, tmp_path / "out", tmp_path / "ckpt")
+    assert time.monotonic() - t0 < 10
+    assert not list((tmp_path / "ckpt").iterdir())

@@ -26,7 +26,7 @@ def test_merged_scoring_matches_the_lora_path(tiny, fitness):
     lora = CandidateScorer(dataclasses.replace(spec, merged=False, fitness=fitness))
     merged = CandidateScorer(dataclasses.replace(spec, merged=True, fitness=fitness))
     idx = np.arange(24)
-    for x in np.random.default_rng(0).normal(0, 0.3, (4, lora.ready())).astype(np.float32):
+    for x in np.random.default_rng(0).normal(0, 0.3, (4, lora.ready()[0])).astype(np.float32):
         assert merged.score(0, x, idx, 3)[1] == pytest.approx(lora.score(0, x, idx, 3)[1], abs=1e-5)
 
 
@@ -34,7 +34,7 @@ def test_answer_probability_is_the_teacher_forced_probability_of_the_reference(t
     cfg, splits, adapter, spec = tiny
     scorer = CandidateScorer(dataclasses.replace(spec, fitness="answer_probability", temperature=1.0))
     idx = np.array([5, 0, 17])
-    got = scorer.score(0, np.zeros(scorer.ready(), np.float32), idx, 0)[1]
+    got = scorer.score(0, np.zeros(scorer.ready()[0], np.float32), idx, 0)[1]
     model, tok = load_model_with_adapter(cfg.model, adapter)
     probs = []
     for i in idx:
@@ -73,7 +73,7 @@ def test_answer_probability_at_temperature_0_is_greedy_exact_match(tmp_path):
     idx = np.arange(96)
     decoded = CandidateScorer(dataclasses.replace(spec, fitness="accuracy"))
     forced = CandidateScorer(dataclasses.replace(spec, fitness="answer_probability"))
-    zero = np.zeros(decoded.ready(), np.float32)
+    zero = np.zeros(decoded.ready()[0], np.float32)
     accuracy = decoded.score(0, zero, idx, 0)[1]
     assert 0.2 < accuracy < 0.95, "a meaningful mix of right and wrong answers"
     assert forced.score(0, zero, idx, 0)[1] == pytest.approx(accuracy, abs=1e-12)

@@ -1,0 +1,129 @@
+"""The finetune pipeline, ESSA and then F-GRPO, on the two-node Ray cluster, with the second node killed mid-training.
+
+Each run is `essaflow run` in its own process, as a Prefect worker would start it: RAY_ADDRESS points at the
+two-node cluster (token auth), PREFECT_API_URL, MLFLOW_TRACKING_URI and the S3 settings at the test stack's real
+servers. Training workers ask for half a CPU each and both nodes have one, so SPREAD puts one worker on each node
+and the head alone can still hold both once the second node is gone. The test watches the run's local
+checkpoints and SIGKILLs the second node's raylet (its workers die with it) after a few were written; the run must
+still complete and register its model:
+
+- ESSA re-dispatches the lost worker's candidates to the live one; Ray re-places the lost placement-group bundle
+  on the head, where the restarted worker rejoins.
+- F-GRPO's Ray Train worker group fails as a whole; Ray Train restarts it (grpo.max_failures) and every rank
+  resumes from the latest checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from essaflow import cluster
+from essaflow.tracking import client as mlflow_client
+from tests.integration.pipeline_support import REPO, tiny
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(480)]
+
+ON_TWO_NODES = {"workers": 2, "worker_cpus": 0.5, "placement_strategy": "SPREAD", "checkpoint_every": 2}
+ESSA = {"population": 8, "generations": 40, "minibatch": 16, "eval_every": 0, **ON_TWO_NODES}
+GRPO = {"steps": 16, "group_size": 4, "prompts_per_step": 4, "eval_every": 0, "max_failures": 2, **ON_TWO_NODES}
+
+
+def _checkpoints(cache: Path) -> list[int]:
+    """Steps/generations of the run's complete local checkpoints (staging directories are not numbers)."""
+    return sorted(int(p.name) for p in cache.glob("work/train-*/checkpoints/*") if p.name.isdigit())
+
+
+def run_and_kill_node(stack, driver, tmp_path: Path, config: dict[str, Any], kill_after: int) -> dict[str, Any]:
+    """Start `essaflow run`, kill the second node's raylet once checkpoint ``kill_after`` exists; the run's JSON."""
+    cache, log = tmp_path / "cache", tmp_path / "run.log"
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(config))
+    env = stack.subprocess_env(
+        RAY_ADDRESS=driver.cluster.address,
+        ESSAFLOW_CACHE_DIR=str(cache),
+        **driver.cluster.auth_env,
+    )
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "essaflow.cli", "run", str(tmp_path / "run.yaml"), "--no-progress", "--verbose"],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=out,
+            text=True,
+        )
+    deadline = time.monotonic() + 300
+    while not [s for s in _checkpoints(cache) if s >= kill_after]:
+        assert proc.poll() is None, f"the run ended before checkpoint {kill_after}:\n{log.read_text()[-4000:]}"
+        assert time.monotonic() < deadline, f"no checkpoint {kill_after} after 300 s:\n{log.read_text()[-4000:]}"
+        time.sleep(0.1)
+    killed_at = _checkpoints(cache)[-1]
+    t_kill = time.monotonic()
+    driver.cluster.kill_raylet(driver.cluster.nodes[-1])
+    stdout, _ = proc.communicate(timeout=360)
+    assert proc.returncode == 0, log.read_text()[-6000:]
+    result = json.loads(stdout.strip().splitlines()[-1])
+    result["_killed_at"], result["_after_kill_s"] = killed_at, round(time.monotonic() - t_kill, 1)
+    result["_log"] = log.read_text()
+    return result
+
+
+def _node_dead(driver) -> str:
+    dead = [n.node_id for n in cluster.describe_cluster(include_dead=True) if not n.alive]
+    assert dead, "the killed node is not marked dead"
+    return dead[-1][:8]
+
+
+def test_essa_pipeline_spreads_over_both_nodes_and_survives_losing_one(pipeline_stack, two_nodes, tmp_path):
+    nodes = {n.node_id[:8] for n in cluster.describe_cluster()}
+    config = tiny(name="multinode-essa", method="essa", essa=ESSA)
+    out = run_and_kill_node(pipeline_stack, two_nodes, tmp_path, config, kill_after=6)
+
+    training = out["training"]
+    assert training["kind"] == "essa" and training["steps"] == ESSA["generations"]
+    assert set(training["work_by_node"]) == nodes  # candidates were scored on both nodes
+    assert training["worker_failures"] >= 1  # the killed node's worker was noticed ...
+    assert sum(training["work_by_node"].values()) == ESSA["generations"] * ESSA["population"]  # ... and none lost
+    assert out["model_version"] == "1" and "champion" in out["aliases"]
+    victim = _node_dead(two_nodes)
+
+    # MLflow's per-generation history shows the kill mid-training: both nodes before it, the head alone after
+    history = mlflow_client(out["tracking_uri"]).get_metric_history(out["mlflow_run_id"], "train.nodes_active")
+    active = [int(m.value) for m in sorted(history, key=lambda m: m.step)]
+    assert active[: out["_killed_at"]] == [2] * out["_killed_at"]
+    assert active[-1] == 1 and len(active) == ESSA["generations"]
+    redispatched = sum(
+        m.value
+        for m in mlflow_client(out["tracking_uri"]).get_metric_history(out["mlflow_run_id"], "train.redispatched")
+    )
+    print(
+        f"\nESSA: candidates by node {training['work_by_node']} (killed {victim} after generation "
+        f"{out['_killed_at']}); {int(redispatched)} candidates re-dispatched, {training['worker_failures']} worker "
+        f"lost; run done {out['_after_kill_s']} s after the kill; stages {out['stages']}"
+    )
+
+
+def test_fgrpo_pipeline_trains_on_both_nodes_and_resumes_after_losing_one(pipeline_stack, two_nodes, tmp_path):
+    nodes = {n.node_id[:8] for n in cluster.describe_cluster()}
+    config = tiny(name="multinode-fgrpo", method="fgrpo", grpo=GRPO)
+    out = run_and_kill_node(pipeline_stack, two_nodes, tmp_path, config, kill_after=4)
+
+    training = out["training"]
+    assert training["kind"] == "fgrpo" and training["steps"] == GRPO["steps"]
+    assert training["worker_failures"] >= 1  # Ray Train restarted the worker group ...
+    assert training["resumed_from"] is not None and training["resumed_from"] >= out["_killed_at"]  # ... from a ckpt
+    assert set(training["work_by_node"]) == nodes  # the first attempt had a rank on each node
+    assert out["model_version"] == "1"
+    victim = _node_dead(two_nodes)
+    print(
+        f"\nF-GRPO: worker starts by node {training['work_by_node']} (killed {victim} after checkpoint "
+        f"{out['_killed_at']}); {training['worker_failures']} group restart(s), resumed from step "
+        f"{training['resumed_from']}; run done {out['_after_kill_s']} s after the kill; stages {out['stages']}"
+    )
