@@ -7,7 +7,7 @@ dashboard 8265, agent 52365) is replaced by a free one, so several clusters can 
 
 Fixtures:
 - ``ray_cluster`` (package: one cluster for every test module here): the processes; ``kill_raylet(node)``,
-  ``add_node()``, ``wait_for_alive(n)``, ``log_files()``, start times.
+  ``kill_node(node)`` (every process of the node), ``add_node()``, ``wait_for_alive(n)``, ``log_files()``, start times.
 - ``ray_driver`` (package): this process connected through ``essaflow.cluster.connect`` with a known set of worker
   settings (one of them a generated secret), waiting until both nodes are alive.
 - ``two_nodes`` (function): the driver, with the second node restarted first if an earlier test killed it.
@@ -120,6 +120,20 @@ class LocalRayCluster:
         os.kill(pid, signal.SIGKILL)
         return pid
 
+    def kill_node(self, node: RayNode) -> list[int]:
+        """SIGKILL every process of ``node`` at once (a machine losing power): its raylet, agents and workers.
+
+        Killing only the raylet is gentler than a crash: its workers keep computing until they notice, so a DDP
+        job can finish its steps on an orphaned worker. Returns the pids killed.
+        """
+        # workers are the raylet's children but rename themselves (ray::CandidateScorer): follow the process tree
+        group = _pids_in_group(node.service.pid)
+        pids = sorted({*group, *_descendants(group), *_pids_mentioning(str(node.temp_dir))})
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        return pids
+
     def wait_for_alive(self, count: int, timeout: float = 90.0) -> float:
         """Seconds until the connected driver sees ``count`` alive nodes (TimeoutError after ``timeout``)."""
         t0 = time.monotonic()
@@ -152,14 +166,39 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
-def _raylet_pid(group: int) -> int:
+def _pids_in_group(group: int) -> list[int]:
+    pids = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             pgrp = int(stat.read_text().rsplit(")", 1)[1].split()[2])
         except (OSError, IndexError, ValueError):
             continue
-        pid = int(stat.parent.name)
-        if pgrp == group and "/raylet/raylet " in _cmdline(pid):
+        if pgrp == group:
+            pids.append(int(stat.parent.name))
+    return pids
+
+
+def _descendants(roots: list[int]) -> set[int]:
+    """Every process below ``roots`` in the process tree (children, grandchildren, ...)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(stat.parent.name))
+    found, todo = set(), list(roots)
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def _raylet_pid(group: int) -> int:
+    for pid in _pids_in_group(group):
+        if "/raylet/raylet " in _cmdline(pid):
             return pid
     raise RuntimeError(f"no raylet in process group {group}")
 
