@@ -105,13 +105,18 @@ class ModelConfig(_Strict):
     """Modules LoRA adapts; ESSA uses the attention projections Q/K/V/O (ESSA-v3 sec. 3.2)."""
     torch_threads: int = Field(1, ge=1)
     """Torch intra-op threads per process: 1 avoids collapse when another process shares the cores."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Where models are loaded (SFT, evaluation, ESSA scorers): auto = cuda when torch sees one, else cpu. A Ray
+    worker without a GPU share sees none, so CPU workers beside GPU ones stay on CPU."""
 
 
 class SamplingConfig(_Strict):
     """How completions are generated."""
 
     backend: Literal["auto", "transformers", "vllm"] = "auto"
-    """Generation backend: vLLM when installed and a GPU is present (auto), else transformers."""
+    """Generation backend of pass@k evaluation: vllm (the `vllm` extra and a CUDA GPU; auto picks it when both are
+    there) or transformers. ESSA candidates and GRPO rollouts change the weights every call and always use
+    transformers (on the model's device)."""
     temperature: float = Field(1.0, ge=0.0)
     """Sampling temperature; 0 means greedy."""
     top_p: float = Field(1.0, gt=0.0, le=1.0)

@@ -9,7 +9,7 @@ import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from essaflow.config import ModelConfig
+from essaflow.config import ConfigError, ModelConfig
 from essaflow.tiny_model import cache_root, tiny_base_path
 
 log = logging.getLogger(__name__)
@@ -50,15 +50,25 @@ def load_tokenizer(cfg: ModelConfig) -> PreTrainedTokenizerBase:
     return tok
 
 
+def resolve_device(choice: str) -> torch.device:
+    """auto -> cuda when torch sees a GPU, else cpu; cuda without one is a ConfigError (before any loading)."""
+    if choice == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("model.device=cuda, but torch sees no CUDA device (use auto or cpu)")
+    if choice == "cuda" or (choice == "auto" and torch.cuda.is_available()):
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
 def load_base_model(cfg: ModelConfig) -> PreTrainedModel:
-    """Load the causal LM from disk (never with remote code unless cfg.trust_remote_code)."""
+    """Load the causal LM from disk onto cfg.device (never with remote code unless cfg.trust_remote_code)."""
     torch.set_num_threads(cfg.torch_threads)
+    device = resolve_device(cfg.device)
     path = resolve_model_path(cfg.name_or_path)
     model = AutoModelForCausalLM.from_pretrained(
         path, revision=cfg.revision, trust_remote_code=cfg.trust_remote_code, dtype=_DTYPES[cfg.dtype]
     )
     model.eval()
-    return model
+    return model.to(device)
 
 
 def attach_lora(model: PreTrainedModel, cfg: ModelConfig, seed: int = 0) -> PeftModel:
@@ -98,3 +108,19 @@ def load_model_with_adapter(
     model = attach_lora(base, cfg) if adapter_dir is None else load_adapter(base, adapter_dir)
     model.eval()
     return model, tok
+
+
+def export_merged(cfg: ModelConfig, adapter_dir: str | Path | None, out_dir: str | Path) -> Path:
+    """Base + adapter merged into plain weights (W0 + scaling B A), saved with the tokenizer: what vLLM serves.
+
+    Loaded on the CPU for the merge, so the caller's GPU holds only the serving engine.
+    """
+    cpu = cfg.model_copy(update={"device": "cpu"})
+    model, tok = (
+        load_model_with_adapter(cpu, adapter_dir) if adapter_dir else (load_base_model(cpu), load_tokenizer(cpu))
+    )
+    merged = model.merge_and_unload() if isinstance(model, PeftModel) else model
+    out = Path(out_dir)
+    merged.save_pretrained(out, safe_serialization=True)
+    tok.save_pretrained(out)
+    return out

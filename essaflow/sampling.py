@@ -127,6 +127,33 @@ class VLLMGenerator:
         return [[o.text for o in r.outputs] for r in self.llm.generate(prompts, params)]
 
 
+def resolve_backend(choice: str) -> str:
+    """sampling.backend -> the engine that will run: auto picks vllm when it imports and a GPU is visible.
+
+    Asking for vllm where it cannot run is an error naming what is missing, raised before anything loads.
+    """
+    if choice == "transformers":
+        return choice
+    if vllm_available():
+        return "vllm"
+    if choice == "vllm":
+        from essaflow.config import ConfigError
+
+        raise ConfigError(
+            "sampling.backend=vllm needs the vllm extra (pip install 'essaflow[vllm]') and a visible CUDA GPU; "
+            f"here vllm imports: {_vllm_imports()}, CUDA: {torch.cuda.is_available()}. Use auto or transformers."
+        )
+    return "transformers"
+
+
+def _vllm_imports() -> bool:
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def vllm_available() -> bool:
     """True when vLLM imports and a CUDA device is visible."""
     try:

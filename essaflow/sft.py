@@ -40,6 +40,7 @@ def train_sft(
     torch.manual_seed(cfg.seed)
     rng = random.Random(cfg.seed)
     params = [p for p in model.parameters() if p.requires_grad]
+    device = params[0].device
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     model.train()
     losses: list[float] = []
@@ -51,7 +52,7 @@ def train_sft(
             rng.shuffle(order)
         batch, order = order[: cfg.batch_size], order[cfg.batch_size :]
         inputs = answer_only_batch(tokenizer, [p.prompt for p in batch], [p.answer for p in batch])
-        loss = model(**inputs).loss
+        loss = model(**{k: v.to(device) for k, v in inputs.items()}).loss
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)

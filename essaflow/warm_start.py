@@ -23,13 +23,14 @@ from essaflow.data.schema import Problem
 from essaflow.evaluation import EvalReport, evaluate
 from essaflow.models import (
     attach_lora,
+    export_merged,
     load_base_model,
     load_model_with_adapter,
     load_tokenizer,
     model_identity,
     save_adapter,
 )
-from essaflow.sampling import TransformersGenerator
+from essaflow.sampling import TransformersGenerator, VLLMGenerator, resolve_backend
 from essaflow.sft import train_sft
 from essaflow.tiny_model import cache_root
 
@@ -89,7 +90,12 @@ def evaluate_adapter(
     eval_cfg: EvalConfig,
     sampling: SamplingConfig,
 ) -> EvalReport:
-    """pass@k of base (+ adapter) on problems."""
+    """pass@k of base (+ adapter) on problems, with the sampling.backend engine (vLLM serves a merged copy)."""
+    if resolve_backend(sampling.backend) == "vllm":
+        with tempfile.TemporaryDirectory(prefix="essaflow-merged-") as tmp:
+            merged = export_merged(model_cfg, adapter_dir, Path(tmp) / "model")
+            generator = VLLMGenerator(str(merged), dtype=model_cfg.dtype)
+            return evaluate(generator, problems, eval_cfg, sampling)
     model, tok = load_model_with_adapter(model_cfg, adapter_dir)
     return evaluate_model(model, tok, problems, eval_cfg, sampling)
 

@@ -87,9 +87,8 @@ class CandidateScorer:
         from essaflow.sampling import TransformersGenerator
 
         self.spec = spec
+        # on model.device: auto puts a worker with a GPU share on it, one without (CUDA hidden by Ray) on CPU
         model, tok = load_model_with_adapter(ModelConfig(**spec.model), spec.adapter_dir)
-        if torch.cuda.is_available():
-            model = model.to("cuda")
         self.svd = SVDLoRA(model, spec.alpha, nonnegative=spec.nonnegative)
         self.generator = TransformersGenerator(model, tok, spec.batch_size)
         self.reward = get_reward(spec.reward)

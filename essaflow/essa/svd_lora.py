@@ -62,7 +62,7 @@ class _Factor:
         self.weight = weight
         self.w0 = weight.detach().clone()
         u, s, vh = torch.linalg.svd(self.w0.double(), full_matrices=False)  # thin SVD, s descending
-        self.s = s[:k].numpy().copy()  # float64 anchor values s0 (papers.md 2.1)
+        self.s = s[:k].cpu().numpy().copy()  # float64 anchor values s0 (papers.md 2.1), on the host
         self.u = u[:, :k].to(weight.dtype).contiguous()
         self.vh = vh[:k, :].to(weight.dtype).contiguous()
 
@@ -71,7 +71,7 @@ class _Factor:
         # W0 + U_k diag(δ) V_kᵀ is exactly U diag(s + δ) Vᵀ with the untouched tail of the spectrum, because
         # W0 = U diag(s) Vᵀ. Written this way δ = 0 restores the SFT weight bit for bit, and it costs one rank-k
         # product instead of a full rebuild.
-        self.weight.copy_(torch.addmm(self.w0, self.u * delta.to(self.u.dtype), self.vh))
+        self.weight.copy_(torch.addmm(self.w0, self.u * delta.to(self.u.device, self.u.dtype), self.vh))
 
 
 class SVDLoRA:

@@ -74,7 +74,6 @@ def run_on_ray(cfg: PipelineConfig, splits: Splits, start: Path, out_dir: Path, 
     from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
     from ray.util.queue import Empty, Queue
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from essaflow import cluster
 
@@ -86,9 +85,9 @@ def run_on_ray(cfg: PipelineConfig, splits: Splits, start: Path, out_dir: Path, 
     # Ray Train waits without end for resources the cluster lacks: say so now, naming what it has
     nodes = [n.resources for n in cluster.describe_cluster()]
     cluster.check_capacity(g.workers, per_worker, nodes, g.placement_strategy)
-    # The relay lives beside the driver: a lost worker node must not take rank 0's reports with it
-    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
-    queue = Queue(actor_options={"num_cpus": 0, "scheduling_strategy": here})
+    # The relay lives on the head node: a lost worker node must not take rank 0's reports with it. (Not "beside
+    # the driver": on a machine running several nodes, a driver may attach to any of them.)
+    queue = Queue(actor_options={"num_cpus": 0, "resources": {"node:__internal_head__": 0.001}})
     trainer = TorchTrainer(
         _ray_worker_entry,
         train_loop_config={

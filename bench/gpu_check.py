@@ -1,0 +1,176 @@
+"""The CUDA paths on one GPU, in one short run: vLLM sampling, bf16 training, ESSA population scoring.
+
+Prepared for the `device` machine (one GPU, minutes of budget): every part is small, timed and printed as one JSON
+line per part, and a part that fails prints its error and lets the others run. Nothing here runs in the test
+suite (there is no GPU on CI); the CPU-visible logic of each path is unit-tested (tests/unit/test_gpu_paths.py).
+
+1. vllm: the SFT adapter merged into plain weights (`models.export_merged`), loaded by vLLM in bfloat16; held-out
+   greedy accuracy and pass@k next to the transformers backend on the same GPU, and tokens/s of both.
+2. bf16_grpo: F-GRPO (gamma 1) with `model.dtype=bfloat16` on CUDA for a few steps: step time, reward before and
+   after, LoRA weights moved and kept in float32 (peft keeps adapters in fp32 over a bf16 base).
+3. essa_gpu: an ESSA population pool on a local Ray with one GPU (`essa.worker_gpus=1`, or `1/k` with
+   --workers-per-gpu k): candidates/s against the same pool on CPU, and identical rankings up to bf16 noise.
+
+    python bench/gpu_check.py                 # all parts (~3-6 min on an H100/H200 with the tiny model)
+    python bench/gpu_check.py --parts vllm    # one part
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from essaflow.config import PipelineConfig, load_config
+from essaflow.evaluation import evaluate
+from essaflow.models import export_merged, load_model_with_adapter
+from essaflow.sampling import TransformersGenerator, VLLMGenerator
+from essaflow.warm_start import cached_sft_adapter, prepare_splits
+
+PARTS = ("vllm", "bf16_grpo", "essa_gpu")
+
+
+def _tokens_per_s(texts: list[list[str]], seconds: float) -> float:
+    return round(sum(len(t) for group in texts for t in group) / seconds, 1)  # character tokenizer: 1 char = 1 token
+
+
+def part_vllm(cfg: PipelineConfig, splits, adapter: Path) -> dict:
+    prompts = [p.prompt for p in splits.eval]
+    out: dict = {}
+    model, tok = load_model_with_adapter(cfg.model.model_copy(update={"device": "cuda"}), adapter)
+    hf = TransformersGenerator(model, tok, cfg.sampling.batch_size)
+    t0 = time.perf_counter()
+    texts = hf.generate(prompts, n=8, temperature=1.0, max_new_tokens=cfg.sampling.max_new_tokens, seed=0)
+    out["transformers_tok_s"] = _tokens_per_s(texts, time.perf_counter() - t0)
+    out["transformers"] = evaluate(hf, splits.eval, cfg.eval, cfg.sampling).summary()
+    del model, hf
+    torch.cuda.empty_cache()
+    with tempfile.TemporaryDirectory() as d:
+        merged = export_merged(cfg.model, adapter, Path(d) / "merged")
+        t0 = time.perf_counter()
+        vllm = VLLMGenerator(str(merged), dtype="bfloat16", gpu_memory_utilization=0.3)
+        out["vllm_load_s"] = round(time.perf_counter() - t0, 1)
+        t0 = time.perf_counter()
+        texts = vllm.generate(prompts, n=8, temperature=1.0, max_new_tokens=cfg.sampling.max_new_tokens, seed=0)
+        out["vllm_tok_s"] = _tokens_per_s(texts, time.perf_counter() - t0)
+        out["vllm"] = evaluate(vllm, splits.eval, cfg.eval, cfg.sampling).summary()
+    out["greedy_gap"] = round(out["vllm"]["greedy"] - out["transformers"]["greedy"], 4)
+    return out
+
+
+def part_bf16_grpo(cfg: PipelineConfig, splits, adapter: Path, steps: int) -> dict:
+    from safetensors.torch import load_file
+
+    from essaflow.grpo.trainer import train_grpo
+
+    run = cfg.model_copy(deep=True)
+    run.model = run.model.model_copy(update={"dtype": "bfloat16", "device": "cuda"})
+    run.grpo = run.grpo.model_copy(update={"device": "cuda", "steps": steps, "eval_every": 0, "gamma": 1.0})
+    with tempfile.TemporaryDirectory() as d:
+        result = train_grpo(run, splits, adapter, Path(d) / "out")
+        before, after = (
+            load_file(str(adapter / "adapter_model.safetensors")),
+            load_file(str(result.adapter_dir / "adapter_model.safetensors")),
+        )
+    rewards = [m["reward_mean"] for m in result.metrics if "reward_mean" in m]
+    k = max(1, len(rewards) // 4)
+    return {
+        "steps": result.steps,
+        "step_s_median": round(float(np.median([m["step_s"] for m in result.metrics if "step_s" in m])), 4),
+        "reward_first_quarter": round(float(np.mean(rewards[:k])), 4),
+        "reward_last_quarter": round(float(np.mean(rewards[-k:])), 4),
+        "lora_max_change": max(float((after[n].float() - before[n].float()).abs().max()) for n in after),
+        "lora_dtypes": sorted({str(t.dtype) for t in after.values()}),
+    }
+
+
+def part_essa_gpu(cfg: PipelineConfig, splits, adapter: Path, workers_per_gpu: int) -> dict:
+    import ray
+
+    from essaflow.cluster import gpus_per_worker
+    from essaflow.essa.population import RayPopulation
+    from essaflow.essa.trainer import MinibatchSampler, generation_seed, scoring_spec
+
+    ray.init(address="local", num_cpus=4, num_gpus=1, include_dashboard=False, log_to_driver=False)
+    out: dict = {}
+    try:
+        rng = np.random.default_rng(0)
+        sampler = MinibatchSampler(len(splits.train), cfg.essa.minibatch, 0)
+        batches = [sampler.next() for _ in range(4)]
+        results = {}
+        for label, gpus, dtype, workers in (
+            ("cpu", 0.0, "float32", 1),
+            ("gpu_bf16", gpus_per_worker(workers_per_gpu), "bfloat16", workers_per_gpu),
+        ):
+            run = cfg.model_copy(deep=True)
+            run.model = run.model.model_copy(update={"dtype": dtype, "device": "cuda" if gpus else "cpu"})
+            spec = scoring_spec(run, splits, adapter)
+            pool = RayPopulation(spec, workers=workers, gpus_per_worker=gpus)
+            try:
+                xs = [rng.normal(0, cfg.essa.sigma0, (cfg.essa.population, pool.dimension)) for _ in batches]
+                pool.evaluate(xs[0], batches[0], 0)  # warm-up
+                t0 = time.perf_counter()
+                fits = [pool.evaluate(x, b, generation_seed(0, g))[0] for g, (x, b) in enumerate(zip(xs, batches))]
+                wall = time.perf_counter() - t0
+            finally:
+                pool.close()
+            rng = np.random.default_rng(0)  # the GPU pool scores the same candidates
+            results[label] = np.concatenate(fits)
+            out[f"{label}_candidates_per_s"] = round(sum(len(x) for x in xs) / wall, 2)
+        a, b = results["cpu"], results["gpu_bf16"]
+        out["fitness_rank_corr"] = round(
+            float(np.corrcoef(np.argsort(np.argsort(a)), np.argsort(np.argsort(b)))[0, 1]), 4
+        )
+        out["fitness_max_abs_diff"] = round(float(np.abs(a - b).max()), 4)
+        out["speedup"] = round(out["gpu_bf16_candidates_per_s"] / out["cpu_candidates_per_s"], 2)
+    finally:
+        ray.shutdown()
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("-c", "--config", default="configs/tiny-fgrpo.yaml")
+    ap.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
+    ap.add_argument("--grpo-steps", type=int, default=30)
+    ap.add_argument("--workers-per-gpu", type=int, default=2)
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        print(json.dumps({"error": "no CUDA device visible: this script checks the GPU paths"}))
+        return 2
+    cfg = load_config(args.config, [])
+    splits = prepare_splits(cfg.data)
+    adapter = cached_sft_adapter(cfg, splits)
+    print(json.dumps({"device": torch.cuda.get_device_name(0), "torch": torch.__version__}), flush=True)
+    failed = 0
+    for part in args.parts:
+        t0 = time.perf_counter()
+        try:
+            if part == "vllm":
+                res = part_vllm(cfg, splits, adapter)
+            elif part == "bf16_grpo":
+                res = part_bf16_grpo(cfg, splits, adapter, args.grpo_steps)
+            else:
+                res = part_essa_gpu(cfg, splits, adapter, args.workers_per_gpu)
+            print(
+                json.dumps({"part": part, "ok": True, "wall_s": round(time.perf_counter() - t0, 1), **res}), flush=True
+            )
+        except Exception as err:  # report and go on: one broken path must not hide the others
+            failed += 1
+            tb = traceback.format_exc(limit=6)
+            print(
+                json.dumps({"part": part, "ok": False, "error": f"{type(err).__name__}: {err}", "trace": tb}),
+                flush=True,
+            )
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
