@@ -17,9 +17,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 PlacementStrategy = Literal["SPREAD", "PACK", "STRICT_SPREAD", "STRICT_PACK"]
 
 
-def _ray_quantity(value: float) -> float:
+def _ray_quantity(value: float | None) -> float | None:
     """Ray takes fractions of a resource only below 1: 0.5 or 2 CPUs, not 1.5."""
-    if value > 1 and not float(value).is_integer():
+    if value is not None and value > 1 and not float(value).is_integer():
         raise ValueError(f"{value}: Ray accepts fractions only below 1 (whole numbers above)")
     return value
 
@@ -218,8 +218,9 @@ class ESSAConfig(_Strict):
     """Candidates queued per Ray worker at a time (2 hides the round trip; dynamic hand-out, papers.md 6.1.11)."""
     worker_max_restarts: int = Field(3, ge=0)
     """How often Ray restarts a dead worker; its candidates go to live workers meanwhile."""
-    worker_gpus: float = Field(0.0, ge=0.0)
-    """GPUs per Ray worker (1 on GPU clusters: one model instance per GPU, ESSA-v3 sec. 4)."""
+    worker_gpus: float | None = Field(None, ge=0.0)
+    """GPUs per Ray worker; None (auto) = 1 when the cluster has GPUs (one model instance per GPU, ESSA-v3 sec. 4),
+    else 0. 1/k packs k small models on one GPU."""
     worker_cpus: float = Field(1.0, gt=0.0)
     """CPUs per Ray worker (below 1: several workers share a core, e.g. a small test cluster)."""
     placement_strategy: PlacementStrategy = "SPREAD"
@@ -295,7 +296,8 @@ class GRPOConfig(_Strict):
     parameters: Literal["lora", "full"] = "lora"
     """Train the LoRA adapter (from the SFT start) or all weights of the merged SFT model (F-GRPO: full)."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    """Where workers compute: auto = cuda when available (DDP over NCCL), else cpu (gloo)."""
+    """Where ranks compute: auto = on Ray, one whole GPU per rank (NCCL) when the cluster has GPUs, else CPU (gloo);
+    in process, cuda when visible."""
     workers: int = Field(1, ge=1)
     """Ray Train workers (DDP); groups are split across them, 1 -> N is this field only."""
     ray_for_single_worker: bool = False
@@ -371,6 +373,9 @@ class PipelineConfig(_Strict):
     """Artifact root: file:// directory or s3://bucket/prefix."""
     tracking_uri: str | None = None
     """MLflow tracking URI; None uses MLFLOW_TRACKING_URI or a local sqlite file."""
+    ray_address: str | None = None
+    """Ray cluster for training workers: the head's GCS host:port, or "local" for a new local Ray; None uses
+    RAY_ADDRESS, else a local Ray. Token auth comes from RAY_AUTH_MODE / RAY_AUTH_TOKEN(_PATH), never from here."""
     adapter_uri: str | None = None
     """Start from this SFT adapter instead of training one."""
     promotion_metric: str = "pass@1"

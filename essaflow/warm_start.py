@@ -46,7 +46,7 @@ def sft_key(model: ModelConfig, sft: SFTConfig, problems: list[Problem]) -> str:
     blob = json.dumps(
         [
             model_identity(model),
-            model.model_dump(exclude={"torch_threads"}),
+            model.model_dump(exclude={"torch_threads", "device"}),  # execution details, not inputs
             sft.model_dump(),
             [p.content_hash() for p in problems],
         ],

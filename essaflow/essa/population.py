@@ -218,8 +218,8 @@ class LocalPopulation:
         pass
 
 
-def ensure_ray(num_cpus: int | None = None) -> None:
-    """Connect to RAY_ADDRESS when set, else start a new local Ray; no-op when already connected.
+def ensure_ray(num_cpus: int | None = None, address: str | None = None) -> None:
+    """Connect to ``address`` (default RAY_ADDRESS), else start a new local Ray; no-op when already connected.
 
     Goes through `essaflow.cluster.connect`, so workers get the driver's settings (runtime env, secrets through a
     setup hook) and a bare local start never joins a stale `ray start` cluster recorded on this machine.
@@ -230,7 +230,7 @@ def ensure_ray(num_cpus: int | None = None) -> None:
 
     if not ray.is_initialized():
         # worker stdout (model-loading bars) stays in Ray's log files; exceptions still reach the driver
-        connect(num_cpus=num_cpus, log_to_driver=False)
+        connect(address, num_cpus=num_cpus, log_to_driver=False)
 
 
 class RayPopulation:
@@ -245,11 +245,12 @@ class RayPopulation:
         workers: number of actors (one per GPU, or per CPU slot).
         inflight: candidates queued per worker at a time; 2 hides the driver round trip behind the current score.
         max_restarts: how often Ray may restart each actor.
-        cpus_per_worker, gpus_per_worker: Ray resources of each actor.
+        cpus_per_worker, gpus_per_worker: Ray resources of each actor; gpus None = 1 if the cluster has GPUs, else 0.
         strategy: placement-group strategy (SPREAD: a lost node takes as few workers as possible).
         placement_timeout_s: how long to wait for the resources before a ClusterCapacityError.
         worker_class: the scorer class wrapped as the actor (tests pass a subclass that injects faults).
         start_timeout_s: how long to wait for every worker to load its model before failing clearly.
+        address: Ray cluster to join when this process is not connected yet (None: RAY_ADDRESS, else local).
     """
 
     def __init__(
@@ -259,20 +260,23 @@ class RayPopulation:
         inflight: int = 2,
         max_restarts: int = 3,
         cpus_per_worker: float = 1.0,
-        gpus_per_worker: float = 0.0,
+        gpus_per_worker: float | None = None,
         strategy: str = "SPREAD",
         placement_timeout_s: float = 120.0,
         worker_class: type = CandidateScorer,
         start_timeout_s: float = 600.0,
+        address: str | None = None,
     ):
         import ray
         from ray.util.placement_group import remove_placement_group
 
         from essaflow import cluster
 
-        ensure_ray(num_cpus=max(os.cpu_count() or 1, int(np.ceil(workers * cpus_per_worker))))
+        ensure_ray(num_cpus=max(os.cpu_count() or 1, int(np.ceil(workers * cpus_per_worker))), address=address)
         self.inflight = inflight
         self.setup_bytes = payload_bytes(spec) * workers
+        if gpus_per_worker is None:  # auto: one model instance per GPU where there are GPUs
+            gpus_per_worker = 1.0 if any(n.gpus for n in cluster.describe_cluster()) else 0.0
         self._pg = cluster.placement_group_for(
             workers, cpus_per_worker, gpus_per_worker, strategy=strategy, timeout_s=placement_timeout_s
         )

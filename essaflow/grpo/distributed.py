@@ -29,7 +29,7 @@ from essaflow.data import Splits
 from essaflow.data.schema import Problem
 from essaflow.grpo.advantages import ADVANTAGES
 from essaflow.grpo.losses import LOSSES
-from essaflow.grpo.trainer import Emit, WorkerInfo, resolve_device, run_worker
+from essaflow.grpo.trainer import Emit, WorkerInfo, run_worker
 from essaflow.rewards import REWARDS
 
 
@@ -78,12 +78,14 @@ def run_on_ray(cfg: PipelineConfig, splits: Splits, start: Path, out_dir: Path, 
     from essaflow import cluster
 
     if not ray.is_initialized():
-        cluster.connect()  # the cluster named by RAY_ADDRESS, else a new local Ray (never a stale `ray start` one)
+        # cfg.ray_address, else RAY_ADDRESS, else a new local Ray (never a stale `ray start` one)
+        cluster.connect(cfg.ray_address)
     g = cfg.grpo
-    use_gpu = resolve_device(g.device).type == "cuda"
+    # auto follows the cluster, not the driver: a CPU-only driver pod still trains on the GPU nodes
+    nodes = [n.resources for n in cluster.describe_cluster()]
+    use_gpu = g.device == "cuda" or (g.device == "auto" and any(n.get("GPU", 0) for n in nodes))
     per_worker = cluster.bundle_for(g.worker_cpus, 1.0 if use_gpu else 0.0)
     # Ray Train waits without end for resources the cluster lacks: say so now, naming what it has
-    nodes = [n.resources for n in cluster.describe_cluster()]
     cluster.check_capacity(g.workers, per_worker, nodes, g.placement_strategy)
     # The relay lives on the head node: a lost worker node must not take rank 0's reports with it. (Not "beside
     # the driver": on a machine running several nodes, a driver may attach to any of them.)

@@ -19,6 +19,12 @@ CONFIGS = Path(__file__).resolve().parents[2] / "configs"
         ("grpo.loss=ppo2", "grpo.loss"),
         ("essa.populaton=48", "essa.populaton"),
         ("data.synthetic.min_digits=4", "data.synthetic"),
+        ("essa.worker_cpus=1.5", "essa.worker_cpus"),
+        ("essa.worker_gpus=2.5", "essa.worker_gpus"),
+        ("grpo.worker_cpus=0", "grpo.worker_cpus"),
+        ("essa.placement_strategy=RANDOM", "essa.placement_strategy"),
+        ("grpo.max_failures=-2", "grpo.max_failures"),
+        ("model.device=tpu", "model.device"),
     ],
 )
 def test_bad_values_name_the_field(override, field):
@@ -53,3 +59,10 @@ def test_every_field_is_documented():
                 walk(ann)
 
     walk(PipelineConfig)
+
+
+def test_cluster_settings_parse():
+    cfg = load_config(None, ["ray_address=10.0.0.5:6379", "essa.worker_gpus=0.25", "grpo.placement_strategy=SPREAD"])
+    assert cfg.ray_address == "10.0.0.5:6379" and cfg.essa.worker_gpus == 0.25
+    assert cfg.grpo.placement_strategy == "SPREAD" and cfg.grpo.max_failures == 2
+    assert PipelineConfig().essa.worker_gpus is None  # auto: whole GPUs when the cluster has them

@@ -1,11 +1,11 @@
 """The finetune pipeline, ESSA and then F-GRPO, on the two-node Ray cluster, with the second node killed mid-training.
 
-Each run is `essaflow run` in its own process, as a Prefect worker would start it: RAY_ADDRESS points at the
-two-node cluster (token auth), PREFECT_API_URL, MLFLOW_TRACKING_URI and the S3 settings at the test stack's real
-servers. Training workers ask for half a CPU each and both nodes have one, so SPREAD puts one worker on each node
-and the head alone can still hold both once the second node is gone. The test watches the run's local
-checkpoints and SIGKILLs the second node's raylet (its workers die with it) after a few were written; the run must
-still complete and register its model:
+Each run is `essaflow run` in its own process, as a Prefect worker would start it: RAY_ADDRESS (ESSA) or the
+config's ray_address (F-GRPO) points at the two-node cluster (token auth); PREFECT_API_URL, MLFLOW_TRACKING_URI
+and the S3 settings point at the test stack's real servers. Training workers ask for half a CPU each and both
+nodes have one, so SPREAD puts one worker on each node and the head alone can still hold both once the second
+node is gone. The test watches the run's local checkpoints and SIGKILLs every process of the second node (its
+raylet, agents and workers) after a few were written; the run must still complete and register its model:
 
 - ESSA re-dispatches the lost worker's candidates to the live one; Ray re-places the lost placement-group bundle
   on the head, where the restarted worker rejoins.
@@ -27,7 +27,7 @@ import yaml
 
 from essaflow import cluster
 from essaflow.tracking import client as mlflow_client
-from tests.integration.pipeline_support import REPO, tiny
+from tests.integration.pipeline_support import REPO, leaks, tiny
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(480)]
 
@@ -41,15 +41,22 @@ def _checkpoints(cache: Path) -> list[int]:
     return sorted(int(p.name) for p in cache.glob("work/train-*/checkpoints/*") if p.name.isdigit())
 
 
-def run_and_kill_node(stack, driver, tmp_path: Path, config: dict[str, Any], kill_after: int) -> dict[str, Any]:
-    """Start `essaflow run`, kill the second node's raylet once checkpoint ``kill_after`` exists; the run's JSON."""
+def run_and_kill_node(
+    stack, driver, tmp_path: Path, config: dict[str, Any], kill_after: int, address_in: str
+) -> dict[str, Any]:
+    """Start `essaflow run`, kill every process of the second node once checkpoint ``kill_after`` exists.
+
+    ``address_in`` says how the run learns the cluster's address: "env" (RAY_ADDRESS) or "config" (ray_address,
+    while RAY_ADDRESS names the stack's single-node Ray head: the config must win). Returns the run's JSON.
+    """
     cache, log = tmp_path / "cache", tmp_path / "run.log"
+    if address_in == "config":
+        config = {**config, "ray_address": driver.cluster.address}
+        address_env = {}  # RAY_ADDRESS stays the stack's other, one-node cluster
+    else:
+        address_env = {"RAY_ADDRESS": driver.cluster.address}
     (tmp_path / "run.yaml").write_text(yaml.safe_dump(config))
-    env = stack.subprocess_env(
-        RAY_ADDRESS=driver.cluster.address,
-        ESSAFLOW_CACHE_DIR=str(cache),
-        **driver.cluster.auth_env,
-    )
+    env = stack.subprocess_env(ESSAFLOW_CACHE_DIR=str(cache), **address_env, **driver.cluster.auth_env)
     with open(log, "w") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "essaflow.cli", "run", str(tmp_path / "run.yaml"), "--no-progress", "--verbose"],
@@ -77,6 +84,9 @@ def run_and_kill_node(stack, driver, tmp_path: Path, config: dict[str, Any], kil
     result["_victim"], result["_killed_pids"] = victim[0][:8], len(killed)
     dead = {n.node_id for n in cluster.describe_cluster(include_dead=True) if not n.alive}
     assert victim and victim[0] in dead, "the killed node is not marked dead"
+    # the run sent its S3 credentials to every worker (setup hook): no Ray log, run log or output holds them
+    texts = {str(p): p.read_bytes() for p in driver.cluster.log_files()} | {"run log": result["_log"], "stdout": stdout}
+    assert not leaks(stack.secrets, texts)
     return result
 
 
@@ -84,7 +94,7 @@ def test_essa_pipeline_spreads_over_both_nodes_and_survives_losing_one(pipeline_
     nodes = {n.node_id[:8] for n in cluster.describe_cluster()}
     head = cluster.describe_cluster()[0].node_id[:8]
     config = tiny(name="multinode-essa", method="essa", essa=ESSA)
-    out = run_and_kill_node(pipeline_stack, two_nodes, tmp_path, config, kill_after=6)
+    out = run_and_kill_node(pipeline_stack, two_nodes, tmp_path, config, kill_after=6, address_in="env")
 
     training = out["training"]
     assert training["kind"] == "essa" and training["steps"] == ESSA["generations"]
@@ -115,7 +125,7 @@ def test_essa_pipeline_spreads_over_both_nodes_and_survives_losing_one(pipeline_
 def test_fgrpo_pipeline_trains_on_both_nodes_and_resumes_after_losing_one(pipeline_stack, two_nodes, tmp_path):
     nodes = {n.node_id[:8] for n in cluster.describe_cluster()}
     config = tiny(name="multinode-fgrpo", method="fgrpo", grpo=GRPO)
-    out = run_and_kill_node(pipeline_stack, two_nodes, tmp_path, config, kill_after=4)
+    out = run_and_kill_node(pipeline_stack, two_nodes, tmp_path, config, kill_after=4, address_in="config")
 
     training = out["training"]
     assert training["kind"] == "fgrpo" and training["steps"] == GRPO["steps"]
