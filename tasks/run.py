@@ -26,6 +26,7 @@ from essaflow.pipeline_io import (
     check_storage,
     storage_uri_for,
 )
+from essaflow.training_cluster import check_training_fits
 from tasks.progress import notify
 
 PIPELINE_STAGES = 8  # open_run .. register, for the terminal's stage counter
@@ -58,7 +59,8 @@ def tracked(run: RunRef) -> tracking.TrackedRun:
 
 @task(name="open_run", task_run_name="open_run", retries=0, on_completion=[record_stage])
 def open_run(config: PipelineConfig) -> RunRef:
-    """Preflight (storage and MLflow reachable, credentials accepted) before any compute, then the MLflow run.
+    """Preflight (storage and MLflow reachable, credentials accepted, a joined Ray cluster large enough for the
+    training workers) before any compute, then the MLflow run.
 
     No retries: an unreachable server or a rejected credential is reported at once, naming the URI.
     """
@@ -70,6 +72,10 @@ def open_run(config: PipelineConfig) -> RunRef:
     with timer.part("tracking"):
         tracking_uri = tracking.resolve_tracking_uri(config.tracking_uri)
         tracking.check_tracking(tracking_uri)
+    request = check_training_fits(config)  # joining a cluster: its nodes can hold the training workers
+    if request is not None:
+        get_run_logger().info("Ray cluster can hold the training workers: %s", request)
+    with timer.part("tracking"):
         tags = {
             "essaflow.method": config.method,
             "essaflow.storage_uri": storage_uri,

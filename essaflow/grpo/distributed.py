@@ -31,6 +31,7 @@ from essaflow.grpo.advantages import ADVANTAGES
 from essaflow.grpo.losses import LOSSES
 from essaflow.grpo.trainer import Emit, WorkerInfo, run_worker
 from essaflow.rewards import REWARDS
+from essaflow.training_cluster import training_request
 
 
 def _problems_payload(problems: list[Problem]) -> list[dict]:
@@ -81,12 +82,13 @@ def run_on_ray(cfg: PipelineConfig, splits: Splits, start: Path, out_dir: Path, 
         # cfg.ray_address, else RAY_ADDRESS, else a new local Ray (never a stale `ray start` one)
         cluster.connect(cfg.ray_address)
     g = cfg.grpo
-    # auto follows the cluster, not the driver: a CPU-only driver pod still trains on the GPU nodes
-    nodes = [n.resources for n in cluster.describe_cluster()]
-    use_gpu = g.device == "cuda" or (g.device == "auto" and any(n.get("GPU", 0) for n in nodes))
-    per_worker = cluster.bundle_for(g.worker_cpus, 1.0 if use_gpu else 0.0)
+    # device=auto follows the cluster, not the driver: a CPU-only driver pod still trains on the GPU nodes
+    nodes = cluster.describe_cluster()
+    request = training_request(cfg, cluster_has_gpus=any(n.gpus for n in nodes))
+    use_gpu = request.gpus > 0
+    per_worker = cluster.bundle_for(request.cpus, request.gpus)
     # Ray Train waits without end for resources the cluster lacks: say so now, naming what it has
-    cluster.check_capacity(g.workers, per_worker, nodes, g.placement_strategy)
+    cluster.check_capacity(g.workers, per_worker, [n.resources for n in nodes], g.placement_strategy)
     # The relay lives on the head node: a lost worker node must not take rank 0's reports with it. (Not "beside
     # the driver": on a machine running several nodes, a driver may attach to any of them.)
     queue = Queue(actor_options={"num_cpus": 0, "resources": {"node:__internal_head__": 0.001}})

@@ -139,3 +139,28 @@ def test_fgrpo_pipeline_trains_on_both_nodes_and_resumes_after_losing_one(pipeli
         f"group restart(s), resumed from step {training['resumed_from']}; run done {out['_after_kill_s']} s after "
         f"the kill; stages {out['stages']}"
     )
+
+
+def test_a_run_asking_more_than_the_cluster_holds_fails_before_any_compute(pipeline_stack, two_nodes, tmp_path):
+    cache = tmp_path / "cache"
+    config = tiny(name="multinode-too-big", method="essa", essa={**ESSA, "workers": 3, "worker_cpus": 1})
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(config))
+    env = pipeline_stack.subprocess_env(
+        RAY_ADDRESS=two_nodes.cluster.address, ESSAFLOW_CACHE_DIR=str(cache), **two_nodes.cluster.auth_env
+    )
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "essaflow.cli", "run", str(tmp_path / "run.yaml"), "--no-progress"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    took = time.monotonic() - t0
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    error = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert error and "ClusterCapacityError" in error[-1], proc.stderr[-3000:]
+    assert "3 workers x {CPU: 1, GPU: 0} (SPREAD): at most 2 fit" in error[-1]
+    assert not (cache / "sft").exists() and not list(cache.glob("work/train-*")), "no compute started"
+    print(f"\ntoo-big run refused in {took:.1f} s: {error[-1]}")

@@ -1,0 +1,64 @@
+"""What a run's training asks of Ray, and a preflight that checks it against the cluster before any compute.
+
+A run that joins an existing cluster (`ray_address`, else RAY_ADDRESS) and asks for more workers than its nodes can
+ever hold would otherwise evaluate the base model and train the SFT adapter first, then fail at the train stage.
+The pipeline's first task calls :func:`check_training_fits`, which connects and raises ClusterCapacityError
+naming what was asked and what the cluster has. A new local Ray is sized for the run when it starts, so nothing is
+checked then.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from essaflow import cluster
+from essaflow.config import PipelineConfig
+
+
+@dataclass(frozen=True)
+class TrainingRequest:
+    """The Ray workers a run's training stage will ask for."""
+
+    workers: int
+    cpus: float
+    gpus: float
+    strategy: str
+
+    def __str__(self) -> str:
+        return f"{self.workers} x {{CPU: {self.cpus:g}, GPU: {self.gpus:g}}} ({self.strategy})"
+
+
+def training_request(cfg: PipelineConfig, cluster_has_gpus: bool) -> TrainingRequest | None:
+    """The workers of cfg's training on a cluster with (or without) GPUs; None when training does not use Ray."""
+    if cfg.method == "essa" and cfg.essa.backend == "ray":
+        e = cfg.essa
+        gpus = e.worker_gpus if e.worker_gpus is not None else (1.0 if cluster_has_gpus else 0.0)
+        return TrainingRequest(e.workers, e.worker_cpus, gpus, e.placement_strategy)
+    if cfg.method == "fgrpo" and (cfg.grpo.workers > 1 or cfg.grpo.ray_for_single_worker):
+        g = cfg.grpo
+        use_gpu = g.device == "cuda" or (g.device == "auto" and cluster_has_gpus)
+        return TrainingRequest(g.workers, g.worker_cpus, 1.0 if use_gpu else 0.0, g.placement_strategy)
+    return None
+
+
+def joins_existing_cluster(cfg: PipelineConfig) -> bool:
+    """True when training will join a running cluster rather than start a local Ray."""
+    address = cfg.ray_address or os.environ.get("RAY_ADDRESS") or "local"
+    return address != "local"
+
+
+def check_training_fits(cfg: PipelineConfig) -> TrainingRequest | None:
+    """Connect to the run's cluster and raise ClusterCapacityError if its training workers can never be placed.
+
+    Returns the checked request (None when nothing was checked: no Ray in training, or a new local Ray).
+    """
+    if not joins_existing_cluster(cfg) or training_request(cfg, cluster_has_gpus=False) is None:
+        return None
+    cluster.connect(cfg.ray_address, log_to_driver=False)
+    nodes = cluster.describe_cluster()
+    request = training_request(cfg, cluster_has_gpus=any(n.gpus for n in nodes))
+    assert request is not None
+    bundle = cluster.bundle_for(request.cpus, request.gpus)
+    cluster.check_capacity(request.workers, bundle, [n.resources for n in nodes], request.strategy)
+    return request
