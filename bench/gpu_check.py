@@ -13,6 +13,7 @@ suite (there is no GPU on CI); the CPU-visible logic of each path is unit-tested
 
     python bench/gpu_check.py                 # all parts (~3-6 min on an H100/H200 with the tiny model)
     python bench/gpu_check.py --parts vllm    # one part
+    python bench/gpu_check.py --device cpu --parts bf16_grpo essa_gpu --grpo-steps 3   # smoke run, no GPU
 """
 
 from __future__ import annotations
@@ -65,14 +66,14 @@ def part_vllm(cfg: PipelineConfig, splits, adapter: Path) -> dict:
     return out
 
 
-def part_bf16_grpo(cfg: PipelineConfig, splits, adapter: Path, steps: int) -> dict:
+def part_bf16_grpo(cfg: PipelineConfig, splits, adapter: Path, steps: int, device: str) -> dict:
     from safetensors.torch import load_file
 
     from essaflow.grpo.trainer import train_grpo
 
     run = cfg.model_copy(deep=True)
-    run.model = run.model.model_copy(update={"dtype": "bfloat16", "device": "cuda"})
-    run.grpo = run.grpo.model_copy(update={"device": "cuda", "steps": steps, "eval_every": 0, "gamma": 1.0})
+    run.model = run.model.model_copy(update={"dtype": "bfloat16", "device": device})
+    run.grpo = run.grpo.model_copy(update={"device": device, "steps": steps, "eval_every": 0, "gamma": 1.0})
     with tempfile.TemporaryDirectory() as d:
         result = train_grpo(run, splits, adapter, Path(d) / "out")
         before, after = (
@@ -91,14 +92,15 @@ def part_bf16_grpo(cfg: PipelineConfig, splits, adapter: Path, steps: int) -> di
     }
 
 
-def part_essa_gpu(cfg: PipelineConfig, splits, adapter: Path, workers_per_gpu: int) -> dict:
+def part_essa_gpu(cfg: PipelineConfig, splits, adapter: Path, workers_per_gpu: int, device: str) -> dict:
     import ray
 
     from essaflow.cluster import gpus_per_worker
     from essaflow.essa.population import RayPopulation
     from essaflow.essa.trainer import MinibatchSampler, generation_seed, scoring_spec
 
-    ray.init(address="local", num_cpus=4, num_gpus=1, include_dashboard=False, log_to_driver=False)
+    gpu = device == "cuda"
+    ray.init(address="local", num_cpus=4, num_gpus=1 if gpu else 0, include_dashboard=False, log_to_driver=False)
     out: dict = {}
     try:
         rng = np.random.default_rng(0)
@@ -107,10 +109,11 @@ def part_essa_gpu(cfg: PipelineConfig, splits, adapter: Path, workers_per_gpu: i
         results = {}
         for label, gpus, dtype, workers in (
             ("cpu", 0.0, "float32", 1),
-            ("gpu_bf16", gpus_per_worker(workers_per_gpu), "bfloat16", workers_per_gpu),
+            ("gpu_bf16", gpus_per_worker(workers_per_gpu) if gpu else 0.0, "bfloat16", workers_per_gpu),
         ):
             run = cfg.model_copy(deep=True)
             run.model = run.model.model_copy(update={"dtype": dtype, "device": "cuda" if gpus else "cpu"})
+            run.essa = run.essa.model_copy(update={"population": 16, "minibatch": 64})
             spec = scoring_spec(run, splits, adapter)
             pool = RayPopulation(spec, workers=workers, gpus_per_worker=gpus)
             try:
@@ -141,14 +144,16 @@ def main() -> int:
     ap.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
     ap.add_argument("--grpo-steps", type=int, default=30)
     ap.add_argument("--workers-per-gpu", type=int, default=2)
+    ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="cpu: a smoke run of the script")
     args = ap.parse_args()
-    if not torch.cuda.is_available():
-        print(json.dumps({"error": "no CUDA device visible: this script checks the GPU paths"}))
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print(json.dumps({"error": "no CUDA device visible: this script checks the GPU paths (--device cpu smokes)"}))
         return 2
     cfg = load_config(args.config, [])
     splits = prepare_splits(cfg.data)
     adapter = cached_sft_adapter(cfg, splits)
-    print(json.dumps({"device": torch.cuda.get_device_name(0), "torch": torch.__version__}), flush=True)
+    name = torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu"
+    print(json.dumps({"device": name, "torch": torch.__version__}), flush=True)
     failed = 0
     for part in args.parts:
         t0 = time.perf_counter()
@@ -156,9 +161,9 @@ def main() -> int:
             if part == "vllm":
                 res = part_vllm(cfg, splits, adapter)
             elif part == "bf16_grpo":
-                res = part_bf16_grpo(cfg, splits, adapter, args.grpo_steps)
+                res = part_bf16_grpo(cfg, splits, adapter, args.grpo_steps, args.device)
             else:
-                res = part_essa_gpu(cfg, splits, adapter, args.workers_per_gpu)
+                res = part_essa_gpu(cfg, splits, adapter, args.workers_per_gpu, args.device)
             print(
                 json.dumps({"part": part, "ok": True, "wall_s": round(time.perf_counter() - t0, 1), **res}), flush=True
             )
