@@ -217,9 +217,38 @@ def grpo(config: ConfigOpt = None, set_: SetOpt = None, verbose: bool = False) -
 
 
 @app.command("check-config")
-def check_config(config: ConfigOpt = None, set_: SetOpt = None) -> None:
-    """Validate a config (and overrides) without running anything; prints the resolved config."""
-    typer.echo(_load(config, set_).model_dump_json(indent=2))
+def check_config(
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+    cluster: Annotated[
+        bool, typer.Option("--cluster", help="also check that the Ray cluster (ray_address / RAY_ADDRESS) fits")
+    ] = False,
+) -> None:
+    """Validate a config (and overrides) without running anything; prints the resolved config.
+
+    With --cluster, joins the run's Ray cluster and checks its nodes can hold the training workers (the check the
+    pipeline's first task makes), listing the nodes on stderr.
+    """
+    cfg = _load(config, set_)
+    if cluster:
+        from essaflow.cluster import ClusterCapacityError, describe_cluster
+        from essaflow.training_cluster import check_training_fits, joins_existing_cluster
+
+        if not joins_existing_cluster(cfg):
+            typer.echo("no cluster to check: neither ray_address nor RAY_ADDRESS is set (a local Ray starts)", err=True)
+        else:
+            try:
+                request = check_training_fits(cfg)
+            except ClusterCapacityError as err:
+                typer.echo(f"error: ClusterCapacityError: {err}", err=True)
+                raise typer.Exit(1) from None
+            for n in describe_cluster():
+                typer.echo(
+                    f"node {n.node_id[:8]} {'head' if n.is_head else 'worker'}: {n.cpus:g} CPU, {n.gpus:g} GPU",
+                    err=True,
+                )
+            typer.echo(f"training workers fit: {request or 'training uses no Ray workers'}", err=True)
+    typer.echo(cfg.model_dump_json(indent=2))
 
 
 @app.command("build-tiny")

@@ -164,3 +164,22 @@ def test_a_run_asking_more_than_the_cluster_holds_fails_before_any_compute(pipel
     assert "3 workers x {CPU: 1, GPU: 0} (SPREAD): at most 2 fit" in error[-1]
     assert not (cache / "sft").exists() and not list(cache.glob("work/train-*")), "no compute started"
     print(f"\ntoo-big run refused in {took:.1f} s: {error[-1]}")
+
+    # the same check without starting a run: `essaflow check-config --cluster`
+    def check(*overrides: str) -> subprocess.CompletedProcess:
+        argv = ["check-config", "-c", str(tmp_path / "run.yaml"), "--cluster", *(f"--set={o}" for o in overrides)]
+        return subprocess.run(
+            [sys.executable, "-m", "essaflow.cli", *argv],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    refused = check()
+    assert refused.returncode == 1 and "at most 2 fit" in refused.stderr, refused.stderr[-2000:]
+    fits = check("essa.workers=2", "essa.worker_cpus=0.5")
+    assert fits.returncode == 0, fits.stderr[-2000:]
+    assert "training workers fit: 2 x {CPU: 0.5, GPU: 0} (SPREAD)" in fits.stderr
+    assert fits.stderr.count("node ") == 2 and json.loads(fits.stdout)["essa"]["workers"] == 2
