@@ -43,6 +43,7 @@ import pickle
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -87,6 +88,8 @@ class CandidateScorer:
         from essaflow.sampling import TransformersGenerator
 
         self.spec = spec
+        if not Path(spec.adapter_dir).is_dir():
+            raise FileNotFoundError(unshared_path_message("ESSA worker", "SFT adapter", spec.adapter_dir))
         # on model.device: auto puts a worker with a GPU share on it, one without (CUDA hidden by Ray) on CPU
         model, tok = load_model_with_adapter(ModelConfig(**spec.model), spec.adapter_dir)
         self.svd = SVDLoRA(model, spec.alpha, nonnegative=spec.nonnegative)
@@ -156,6 +159,15 @@ class CandidateScorer:
             return float(hit.all(dim=1).double().mean())
         logp = torch.log_softmax(logits / self.spec.temperature, dim=-1).gather(-1, target).squeeze(-1)
         return float(torch.exp((logp * scored).sum(dim=1)).mean())
+
+
+def unshared_path_message(who: str, what: str, path: str | Path) -> str:
+    """The error a Ray worker raises when a path the driver wrote is not on its node."""
+    return (
+        f"{who} on Ray node {_node_id()[:8]} cannot read the {what} at {path}: the driver wrote it on its own disk. "
+        "On a multi-machine cluster, ESSAFLOW_CACHE_DIR must be one volume mounted on the driver and every Ray node "
+        "(infra/: the run-cache volume, infra/k8s/cache-pvc.yaml)"
+    )
 
 
 def _node_id() -> str:

@@ -47,6 +47,10 @@ def _ray_worker_entry(config: dict) -> None:
     for registry, (name, entry) in zip((REWARDS, LOSSES, ADVANTAGES), config["plugins"]):
         registry.setdefault(name, entry)  # entries registered only in the driver (a script, a notebook, a test)
     cfg: PipelineConfig = config["cfg"]
+    if not Path(config["start"]).exists():
+        from essaflow.essa.population import unshared_path_message
+
+        raise FileNotFoundError(unshared_path_message("GRPO rank", "start adapter", config["start"]))
     info = WorkerInfo(ctx.get_world_rank(), ctx.get_world_size(), ray.train.torch.get_device())
     queue = config["queue"]
     # every rank says where it runs (again after a restart): the driver counts restarts and nodes from these

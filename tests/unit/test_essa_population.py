@@ -77,3 +77,24 @@ def test_answer_probability_at_temperature_0_is_greedy_exact_match(tmp_path):
     accuracy = decoded.score(0, zero, idx, 0)[1]
     assert 0.2 < accuracy < 0.95, "a meaningful mix of right and wrong answers"
     assert forced.score(0, zero, idx, 0)[1] == pytest.approx(accuracy, abs=1e-12)
+
+
+def test_a_worker_that_cannot_see_the_drivers_adapter_says_what_to_share(tmp_path):
+    from essaflow.config import PipelineConfig
+    from essaflow.essa.population import ScoringSpec
+
+    spec = ScoringSpec(
+        model=PipelineConfig().model.model_dump(),
+        adapter_dir=str(tmp_path / "on-the-driver-only"),
+        alpha=1.0,
+        nonnegative=False,
+        prompts=["1+1="],
+        answers=["2"],
+        reward="exact_match",
+        max_new_tokens=4,
+        temperature=0.0,
+    )
+    with pytest.raises(
+        FileNotFoundError, match="cannot read the SFT adapter at .*ESSAFLOW_CACHE_DIR must be one volume"
+    ):
+        CandidateScorer(spec)

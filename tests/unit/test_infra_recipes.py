@@ -352,3 +352,55 @@ def test_dockerfile_installs_pinned_torch_the_package_and_the_clusters_ray():
     for sources in copied:
         for src in sources.split():
             assert f"!{src}" in ignore or f"!{src}/**" in ignore, f"COPY {src} is not in the build context"
+
+
+# ------------------------------------------------------------------------------ the run cache every Ray node shares
+# The flow run is the Ray driver: it fetches the SFT adapter into ESSAFLOW_CACHE_DIR, ESSA workers load it from
+# there, GRPO ranks write checkpoints and the trained adapter there. Driver and nodes must see one volume.
+
+
+def image_cache_dir() -> str:
+    m = re.search(r"ESSAFLOW_CACHE_DIR=(\S+)", (INFRA / "Dockerfile").read_text())
+    assert m, "the image sets ESSAFLOW_CACHE_DIR"
+    return m.group(1)
+
+
+def test_compose_driver_and_every_ray_node_share_one_run_cache_volume(compose):
+    cache = image_cache_dir()
+    mounts = {}
+    for name in ("prefect-worker", "ray-head", "ray-worker"):
+        found = [v.split(":")[0] for v in compose["services"][name].get("volumes", []) if v.split(":")[1] == cache]
+        assert len(found) == 1, f"{name} does not mount the run cache at {cache}"
+        mounts[name] = found[0]
+    (volume,) = set(mounts.values())
+    assert volume in compose["volumes"]  # a named volume, not a host path
+    assert f"chown -R essaflow:essaflow /opt/essaflow {cache}" in (INFRA / "Dockerfile").read_text()
+
+
+def _cache_claims(template: dict) -> set[str]:
+    """Claim names mounted at the image's cache dir in every container of a pod template."""
+    volumes = {v["name"]: v for v in template["spec"].get("volumes", [])}
+    claims = set()
+    for c in template["spec"]["containers"]:
+        names = [m["name"] for m in c.get("volumeMounts", []) if m["mountPath"] == image_cache_dir()]
+        assert len(names) == 1, f"{c['name']} does not mount the run cache"
+        claims.add(volumes[names[0]]["persistentVolumeClaim"]["claimName"])
+    return claims
+
+
+def test_k8s_flow_pods_and_every_ray_node_mount_the_same_read_write_many_claim(pool_template):
+    from prefect.utilities.templating import apply_values
+
+    pvc = load_yaml("k8s/cache-pvc.yaml")
+    assert pvc["kind"] == "PersistentVolumeClaim" and pvc["spec"]["accessModes"] == ["ReadWriteMany"]
+    claim = pvc["metadata"]["name"]
+    for name in ("k8s/raycluster.yaml", "k8s/rayjob.yaml"):
+        doc = load_yaml(name)
+        spec = doc["spec"].get("rayClusterSpec", doc["spec"])
+        templates = [spec["headGroupSpec"]["template"]] + [g["template"] for g in spec["workerGroupSpecs"]]
+        for t in templates:
+            assert _cache_claims(t) == {claim}, name
+    values = {k: p["default"] for k, p in pool_template["variables"]["properties"].items() if "default" in p}
+    pod = apply_values(pool_template["job_configuration"], values)["job_manifest"]["spec"]["template"]
+    assert _cache_claims(pod) == {claim}
+    assert pod["spec"]["securityContext"]["fsGroup"] == dockerfile_uid()  # the non-root user can write to it
