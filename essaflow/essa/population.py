@@ -40,6 +40,7 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import tempfile
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
@@ -61,7 +62,7 @@ class ScoringSpec:
     model: dict[str, Any]
     """ModelConfig as a dict."""
     adapter_dir: str
-    """The SFT adapter (local path every worker can read)."""
+    """The SFT adapter's directory on the driver (used in place by workers that see the same disk)."""
     alpha: float
     nonnegative: bool
     prompts: list[str]
@@ -76,6 +77,9 @@ class ScoringSpec:
     """accuracy (decode, then reward) or answer_probability (teacher-forced P(reference answer))."""
     merged: bool = True
     """Score with B'A' merged into the base weights and the LoRA path off (same function, fewer ops)."""
+    adapter_files: dict[str, bytes] = field(default_factory=dict)
+    """The adapter's files (relative path -> bytes: safetensors, JSON, tokenizer): a worker on a node that does not
+    see adapter_dir writes them to a private temporary directory, so ESSA needs no disk shared with the driver."""
 
 
 class CandidateScorer:
@@ -88,10 +92,18 @@ class CandidateScorer:
         from essaflow.sampling import TransformersGenerator
 
         self.spec = spec
-        if not Path(spec.adapter_dir).is_dir():
-            raise FileNotFoundError(unshared_path_message("ESSA worker", "SFT adapter", spec.adapter_dir))
+        adapter_dir = spec.adapter_dir
+        if not Path(adapter_dir).is_dir():  # another machine than the driver's
+            if not spec.adapter_files:
+                raise FileNotFoundError(unshared_path_message("ESSA worker", "SFT adapter", adapter_dir))
+            self._adapter_copy = tempfile.TemporaryDirectory(prefix="essaflow-adapter-")  # removed with the worker
+            adapter_dir = self._adapter_copy.name
+            for name, data in spec.adapter_files.items():
+                target = Path(adapter_dir) / name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(data)
         # on model.device: auto puts a worker with a GPU share on it, one without (CUDA hidden by Ray) on CPU
-        model, tok = load_model_with_adapter(ModelConfig(**spec.model), spec.adapter_dir)
+        model, tok = load_model_with_adapter(ModelConfig(**spec.model), adapter_dir)
         self.svd = SVDLoRA(model, spec.alpha, nonnegative=spec.nonnegative)
         self.generator = TransformersGenerator(model, tok, spec.batch_size)
         self.reward = get_reward(spec.reward)
@@ -293,12 +305,13 @@ class RayPopulation:
             workers, cpus_per_worker, gpus_per_worker, strategy=strategy, timeout_s=placement_timeout_s
         )
         actor_cls = ray.remote(worker_class)
+        spec_ref = ray.put(spec)  # one copy in the object store, however many workers read it
         self.actors = [
             actor_cls.options(
                 **cluster.worker_options(self._pg, i, cpus_per_worker, gpus_per_worker),
                 max_restarts=max_restarts,
                 max_task_retries=0,
-            ).remote(spec)
+            ).remote(spec_ref)
             for i in range(workers)
         ]
         try:

@@ -109,6 +109,9 @@ def scoring_spec(cfg: PipelineConfig, splits: Splits, sft_adapter: Path) -> Scor
         batch_size=cfg.sampling.batch_size,
         fitness=e.fitness,
         merged=e.merged_scoring,
+        adapter_files={  # workers on other machines rebuild the adapter from these (small: LoRA + tokenizer)
+            str(p.relative_to(sft_adapter)): p.read_bytes() for p in sorted(Path(sft_adapter).rglob("*")) if p.is_file()
+        },
     )
 
 

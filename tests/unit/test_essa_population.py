@@ -79,22 +79,14 @@ def test_answer_probability_at_temperature_0_is_greedy_exact_match(tmp_path):
     assert forced.score(0, zero, idx, 0)[1] == pytest.approx(accuracy, abs=1e-12)
 
 
-def test_a_worker_that_cannot_see_the_drivers_adapter_says_what_to_share(tmp_path):
-    from essaflow.config import PipelineConfig
-    from essaflow.essa.population import ScoringSpec
-
-    spec = ScoringSpec(
-        model=PipelineConfig().model.model_dump(),
-        adapter_dir=str(tmp_path / "on-the-driver-only"),
-        alpha=1.0,
-        nonnegative=False,
-        prompts=["1+1="],
-        answers=["2"],
-        reward="exact_match",
-        max_new_tokens=4,
-        temperature=0.0,
-    )
-    with pytest.raises(
-        FileNotFoundError, match="cannot read the SFT adapter at .*ESSAFLOW_CACHE_DIR must be one volume"
-    ):
-        CandidateScorer(spec)
+def test_a_worker_on_another_machine_rebuilds_the_adapter_from_the_spec(tiny):
+    *_, spec = tiny
+    assert "adapter_model.safetensors" in spec.adapter_files and "adapter_config.json" in spec.adapter_files
+    here = CandidateScorer(spec)
+    elsewhere = CandidateScorer(dataclasses.replace(spec, adapter_dir="/nonexistent/driver/cache/sft/abc"))
+    idx = np.arange(24)
+    for x in np.random.default_rng(1).normal(0, 0.3, (3, here.ready()[0])).astype(np.float32):
+        assert elsewhere.score(0, x, idx, 5) == here.score(0, x, idx, 5)
+    # without the files, a worker that cannot see the driver's disk says what must be shared
+    with pytest.raises(FileNotFoundError, match="cannot read the SFT adapter at .*ESSAFLOW_CACHE_DIR must be one"):
+        CandidateScorer(dataclasses.replace(spec, adapter_dir="/nonexistent/x", adapter_files={}))
