@@ -305,13 +305,15 @@ class RayPopulation:
             workers, cpus_per_worker, gpus_per_worker, strategy=strategy, timeout_s=placement_timeout_s
         )
         actor_cls = ray.remote(worker_class)
-        spec_ref = ray.put(spec)  # one copy in the object store, however many workers read it
+        # One copy in the object store, however many workers read it. Held for the pool's lifetime: Ray re-runs the
+        # constructor with it when it restarts a worker, and a released argument makes that restart fail.
+        self._spec_ref = ray.put(spec)
         self.actors = [
             actor_cls.options(
                 **cluster.worker_options(self._pg, i, cpus_per_worker, gpus_per_worker),
                 max_restarts=max_restarts,
                 max_task_retries=0,
-            ).remote(spec_ref)
+            ).remote(self._spec_ref)
             for i in range(workers)
         ]
         try:
@@ -423,6 +425,7 @@ class RayPopulation:
         for actor in self.actors:
             ray.kill(actor, no_restart=True)
         self.actors = []
+        self._spec_ref = None
         if self._pg is not None:
             remove_placement_group(self._pg)
             self._pg = None
