@@ -51,12 +51,14 @@ __all__ = [
     "describe_cluster",
     "gpus_per_worker",
     "is_secret",
+    "node_id",
     "placement_group_for",
     "redacted",
     "reload_ray_auth",
     "runtime_env_for",
     "select_env",
     "shutdown",
+    "unshared_path_message",
     "use_token_auth",
     "work_by_node",
     "worker_options",
@@ -385,6 +387,22 @@ def describe_cluster(include_dead: bool = False) -> list[NodeInfo]:
         is_head = "node:__internal_head__" in (n.get("Resources") or {})
         nodes.append(NodeInfo(n["NodeID"], n.get("NodeManagerAddress", ""), bool(n.get("Alive")), is_head, res))
     return sorted(nodes, key=lambda n: (not n.is_head, not n.alive, n.node_id))
+
+
+def node_id() -> str:
+    """Id of the Ray node running this process ("local" outside Ray)."""
+    import ray
+
+    return ray.get_runtime_context().get_node_id() if ray.is_initialized() else "local"
+
+
+def unshared_path_message(who: str, what: str, path: str | Path) -> str:
+    """The error a Ray worker raises when a path the driver wrote is not on its node."""
+    return (
+        f"{who} on Ray node {node_id()[:8]} cannot read the {what} at {path}: the driver wrote it on its own disk. "
+        "On a multi-machine cluster, ESSAFLOW_CACHE_DIR must be one volume mounted on the driver and every Ray node "
+        "(infra/: the run-cache volume, infra/k8s/cache-pvc.yaml)"
+    )
 
 
 def work_by_node(node_ids: Iterable[str]) -> dict[str, int]:

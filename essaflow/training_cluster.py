@@ -10,6 +10,7 @@ checked then.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from essaflow import cluster
@@ -25,20 +26,35 @@ class TrainingRequest:
     gpus: float
     strategy: str
 
+    @property
+    def bundle(self) -> dict[str, float]:
+        """The Ray resources of one worker (a placement-group bundle)."""
+        return cluster.bundle_for(self.cpus, self.gpus)
+
     def __str__(self) -> str:
         return f"{self.workers} x {{CPU: {self.cpus:g}, GPU: {self.gpus:g}}} ({self.strategy})"
+
+
+def essa_request(cfg: PipelineConfig, cluster_has_gpus: bool) -> TrainingRequest:
+    """ESSA's population workers: worker_gpus unset = one whole GPU each where the cluster has GPUs."""
+    e = cfg.essa
+    gpus = e.worker_gpus if e.worker_gpus is not None else (1.0 if cluster_has_gpus else 0.0)
+    return TrainingRequest(e.workers, e.worker_cpus, gpus, e.placement_strategy)
+
+
+def grpo_request(cfg: PipelineConfig, cluster_has_gpus: bool) -> TrainingRequest:
+    """F-GRPO's Ray Train ranks: one whole GPU each with device=cuda, or auto on a cluster with GPUs."""
+    g = cfg.grpo
+    use_gpu = g.device == "cuda" or (g.device == "auto" and cluster_has_gpus)
+    return TrainingRequest(g.workers, g.worker_cpus, 1.0 if use_gpu else 0.0, g.placement_strategy)
 
 
 def training_request(cfg: PipelineConfig, cluster_has_gpus: bool) -> TrainingRequest | None:
     """The workers of cfg's training on a cluster with (or without) GPUs; None when training does not use Ray."""
     if cfg.method == "essa" and cfg.essa.backend == "ray":
-        e = cfg.essa
-        gpus = e.worker_gpus if e.worker_gpus is not None else (1.0 if cluster_has_gpus else 0.0)
-        return TrainingRequest(e.workers, e.worker_cpus, gpus, e.placement_strategy)
+        return essa_request(cfg, cluster_has_gpus)
     if cfg.method == "fgrpo" and (cfg.grpo.workers > 1 or cfg.grpo.ray_for_single_worker):
-        g = cfg.grpo
-        use_gpu = g.device == "cuda" or (g.device == "auto" and cluster_has_gpus)
-        return TrainingRequest(g.workers, g.worker_cpus, 1.0 if use_gpu else 0.0, g.placement_strategy)
+        return grpo_request(cfg, cluster_has_gpus)
     return None
 
 
@@ -56,9 +72,14 @@ def check_training_fits(cfg: PipelineConfig) -> TrainingRequest | None:
     if not joins_existing_cluster(cfg) or training_request(cfg, cluster_has_gpus=False) is None:
         return None
     cluster.connect(cfg.ray_address, log_to_driver=False)
+    return check_fits(lambda has_gpus: training_request(cfg, has_gpus))
+
+
+def check_fits(make_request: Callable[[bool], TrainingRequest | None]) -> TrainingRequest | None:
+    """``make_request(cluster_has_gpus)`` against the connected cluster's alive nodes; ClusterCapacityError if the
+    workers can never be placed. Returns the checked request (None when there was nothing to place)."""
     nodes = cluster.describe_cluster()
-    request = training_request(cfg, cluster_has_gpus=any(n.gpus for n in nodes))
-    assert request is not None
-    bundle = cluster.bundle_for(request.cpus, request.gpus)
-    cluster.check_capacity(request.workers, bundle, [n.resources for n in nodes], request.strategy)
+    request = make_request(any(n.gpus for n in nodes))
+    if request is not None:
+        cluster.check_capacity(request.workers, request.bundle, [n.resources for n in nodes], request.strategy)
     return request

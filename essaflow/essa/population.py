@@ -50,6 +50,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from essaflow import cluster
 from essaflow.config import ModelConfig
 
 log = logging.getLogger(__name__)
@@ -95,7 +96,7 @@ class CandidateScorer:
         adapter_dir = spec.adapter_dir
         if not Path(adapter_dir).is_dir():  # another machine than the driver's
             if not spec.adapter_files:
-                raise FileNotFoundError(unshared_path_message("ESSA worker", "SFT adapter", adapter_dir))
+                raise FileNotFoundError(cluster.unshared_path_message("ESSA worker", "SFT adapter", adapter_dir))
             self._adapter_copy = tempfile.TemporaryDirectory(prefix="essaflow-adapter-")  # removed with the worker
             adapter_dir = self._adapter_copy.name
             for name, data in spec.adapter_files.items():
@@ -113,7 +114,7 @@ class CandidateScorer:
 
     def ready(self) -> tuple[int, str]:
         """The search dimension (the driver checks it matches its own) and the Ray node this scorer runs on."""
-        return self.svd.dimension, _node_id()
+        return self.svd.dimension, cluster.node_id()
 
     def score(self, index: int, offsets: np.ndarray, prompt_idx: np.ndarray, seed: int) -> tuple[int, float]:
         """Fitness of one candidate on the minibatch (all b prompts in one batched call)."""
@@ -171,22 +172,6 @@ class CandidateScorer:
             return float(hit.all(dim=1).double().mean())
         logp = torch.log_softmax(logits / self.spec.temperature, dim=-1).gather(-1, target).squeeze(-1)
         return float(torch.exp((logp * scored).sum(dim=1)).mean())
-
-
-def unshared_path_message(who: str, what: str, path: str | Path) -> str:
-    """The error a Ray worker raises when a path the driver wrote is not on its node."""
-    return (
-        f"{who} on Ray node {_node_id()[:8]} cannot read the {what} at {path}: the driver wrote it on its own disk. "
-        "On a multi-machine cluster, ESSAFLOW_CACHE_DIR must be one volume mounted on the driver and every Ray node "
-        "(infra/: the run-cache volume, infra/k8s/cache-pvc.yaml)"
-    )
-
-
-def _node_id() -> str:
-    """Id of the Ray node running this process ("local" outside Ray)."""
-    import ray
-
-    return ray.get_runtime_context().get_node_id() if ray.is_initialized() else "local"
 
 
 def payload_bytes(obj: Any) -> int:
@@ -250,11 +235,9 @@ def ensure_ray(num_cpus: int | None = None, address: str | None = None) -> None:
     """
     import ray
 
-    from essaflow.cluster import connect
-
     if not ray.is_initialized():
         # worker stdout (model-loading bars) stays in Ray's log files; exceptions still reach the driver
-        connect(address, num_cpus=num_cpus, log_to_driver=False)
+        cluster.connect(address, num_cpus=num_cpus, log_to_driver=False)
 
 
 class RayPopulation:
@@ -293,8 +276,6 @@ class RayPopulation:
     ):
         import ray
         from ray.util.placement_group import remove_placement_group
-
-        from essaflow import cluster
 
         ensure_ray(num_cpus=max(os.cpu_count() or 1, int(np.ceil(workers * cpus_per_worker))), address=address)
         self.inflight = inflight

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from essaflow import cluster
 from essaflow.config import PipelineConfig
 from essaflow.data import Splits
 from essaflow.data.schema import Problem
@@ -31,7 +32,7 @@ from essaflow.grpo.advantages import ADVANTAGES
 from essaflow.grpo.losses import LOSSES
 from essaflow.grpo.trainer import Emit, WorkerInfo, run_worker
 from essaflow.rewards import REWARDS
-from essaflow.training_cluster import training_request
+from essaflow.training_cluster import check_fits, grpo_request
 
 
 def _problems_payload(problems: list[Problem]) -> list[dict]:
@@ -48,14 +49,11 @@ def _ray_worker_entry(config: dict) -> None:
         registry.setdefault(name, entry)  # entries registered only in the driver (a script, a notebook, a test)
     cfg: PipelineConfig = config["cfg"]
     if not Path(config["start"]).exists():
-        from essaflow.essa.population import unshared_path_message
-
-        raise FileNotFoundError(unshared_path_message("GRPO rank", "start adapter", config["start"]))
+        raise FileNotFoundError(cluster.unshared_path_message("GRPO rank", "start adapter", config["start"]))
     info = WorkerInfo(ctx.get_world_rank(), ctx.get_world_size(), ray.train.torch.get_device())
     queue = config["queue"]
     # every rank says where it runs (again after a restart): the driver counts restarts and nodes from these
-    node = ray.get_runtime_context().get_node_id()
-    queue.put(("worker", {"rank": info.rank, "world_size": info.world_size, "node": node}))
+    queue.put(("worker", {"rank": info.rank, "world_size": info.world_size, "node": cluster.node_id()}))
 
     def emit(kind: str, payload: Any) -> None:
         if info.rank == 0:
@@ -80,19 +78,15 @@ def run_on_ray(cfg: PipelineConfig, splits: Splits, start: Path, out_dir: Path, 
     from ray.train.torch import TorchConfig, TorchTrainer
     from ray.util.queue import Empty, Queue
 
-    from essaflow import cluster
-
     if not ray.is_initialized():
         # cfg.ray_address, else RAY_ADDRESS, else a new local Ray (never a stale `ray start` one)
         cluster.connect(cfg.ray_address)
     g = cfg.grpo
     # device=auto follows the cluster, not the driver: a CPU-only driver pod still trains on the GPU nodes
-    nodes = cluster.describe_cluster()
-    request = training_request(cfg, cluster_has_gpus=any(n.gpus for n in nodes))
-    use_gpu = request.gpus > 0
-    per_worker = cluster.bundle_for(request.cpus, request.gpus)
     # Ray Train waits without end for resources the cluster lacks: say so now, naming what it has
-    cluster.check_capacity(g.workers, per_worker, [n.resources for n in nodes], g.placement_strategy)
+    request = check_fits(lambda has_gpus: grpo_request(cfg, has_gpus))
+    use_gpu = request.gpus > 0
+    per_worker = request.bundle
     # The relay lives on the head node: a lost worker node must not take rank 0's reports with it. (Not "beside
     # the driver": on a machine running several nodes, a driver may attach to any of them.)
     queue = Queue(actor_options={"num_cpus": 0, "resources": {"node:__internal_head__": 0.001}})
@@ -113,10 +107,10 @@ def run_on_ray(cfg: PipelineConfig, splits: Splits, start: Path, out_dir: Path, 
             "queue": queue,
         },
         scaling_config=ScalingConfig(
-            num_workers=g.workers,
+            num_workers=request.workers,
             use_gpu=use_gpu,
             resources_per_worker=per_worker,
-            placement_strategy=g.placement_strategy,
+            placement_strategy=request.strategy,
         ),
         torch_config=TorchConfig(backend="nccl" if use_gpu else "gloo"),
         run_config=RunConfig(

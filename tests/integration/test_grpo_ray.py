@@ -21,6 +21,9 @@ def local_ray():
 
     if ray.is_initialized():  # an earlier test's in-process Ray: start clean, with our runtime env
         ray.shutdown()
+    from essaflow.cluster import reload_ray_auth
+
+    reload_ray_auth()  # Ray caches auth per process: an earlier local Ray's token must not leak into this one
     # workers import the test reward from tests/unit/grpo_tiny.py, hence the PYTHONPATH; "local" never joins a
     # stale `ray start` cluster recorded on this machine
     ray.init(
