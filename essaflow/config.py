@@ -218,6 +218,9 @@ class ESSAConfig(_Strict):
     """Candidates queued per Ray worker at a time (2 hides the round trip; dynamic hand-out, papers.md 6.1.11)."""
     worker_max_restarts: int = Field(3, ge=0)
     """How often Ray restarts a dead worker; its candidates go to live workers meanwhile."""
+    worker_start_timeout_s: float = Field(600.0, gt=0)
+    """How long a Ray worker may take to load its model: at start (then the run fails, naming essa.workers) and
+    after Ray restarts it (then the search goes on without it)."""
     worker_gpus: float | None = Field(None, ge=0.0)
     """GPUs per Ray worker; None (auto) = 1 when the cluster has GPUs (one model instance per GPU, ESSA-v3 sec. 4),
     else 0. 1/k packs k small models on one GPU."""

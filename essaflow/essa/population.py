@@ -28,7 +28,10 @@ Decisions where the paper is silent (papers.md 6.1):
   so a fast worker takes more. Scores do not depend on which worker computed them (same weights, same batch,
   same seed, one torch thread), so results are identical for any number of workers.
 - Dead workers: a candidate whose worker dies goes back to the front of the queue and is handed to a live worker;
-  Ray restarts the actor (`max_restarts`), which rejoins once its `ready` call answers. Calls are never retried by
+  Ray restarts the actor (`max_restarts`), which rejoins once its `ready` call answers; a restart gets as long to
+  load its model as the first start (`start_timeout_s`: minutes for a 7B model), and one slower than that is
+  given up while the others go on. A run may end before a restarting worker is back: `close` logs which were
+  still restarting. Calls are never retried by
   Ray itself (`max_task_retries=0`), each candidate index is filled exactly once, and a late duplicate would be
   dropped and counted, so nothing is lost or counted twice in the update.
 - Bytes: the pickle-protocol-5 size of each call's arguments and each reply (the payload Ray serialises, without
@@ -256,7 +259,8 @@ class RayPopulation:
         strategy: placement-group strategy (SPREAD: a lost node takes as few workers as possible).
         placement_timeout_s: how long to wait for the resources before a ClusterCapacityError.
         worker_class: the scorer class wrapped as the actor (tests pass a subclass that injects faults).
-        start_timeout_s: how long to wait for every worker to load its model before failing clearly.
+        start_timeout_s: how long a worker may take to load its model: at start (else a clear error) and after Ray
+            restarts it (else the pool goes on without it).
         address: Ray cluster to join when this process is not connected yet (None: RAY_ADDRESS, else local).
     """
 
@@ -279,6 +283,7 @@ class RayPopulation:
 
         ensure_ray(num_cpus=max(os.cpu_count() or 1, int(np.ceil(workers * cpus_per_worker))), address=address)
         self.inflight = inflight
+        self.start_timeout_s = start_timeout_s
         self.setup_bytes = payload_bytes(spec) * workers
         if gpus_per_worker is None:  # auto: one model instance per GPU where there are GPUs
             gpus_per_worker = 1.0 if any(n.gpus for n in cluster.describe_cluster()) else 0.0
@@ -317,8 +322,7 @@ class RayPopulation:
         log.info("ESSA: %d workers on %d node(s): %s", workers, len(set(self.worker_nodes)), self.placement())
         self._live = set(range(workers))
         self._rejoining: dict[Any, int] = {}  # ObjectRef of a `ready` call -> worker being restarted by Ray
-        self._pings = [0] * workers
-        self.max_pings = 300  # ~30 s of 0.1 s spaced pings while Ray restarts an actor
+        self._lost_at: dict[int, float] = {}  # worker -> when it was seen dead (monotonic), until it is back
 
     def placement(self) -> dict[str, int]:
         """Workers per node (short node ids), e.g. {"3f2a9c1b": 1, "77d0e412": 1}."""
@@ -359,15 +363,14 @@ class RayPopulation:
                 try:
                     _, self.worker_nodes[w] = ray.get(ref)
                     live.add(w)
-                    self._pings[w] = 0
-                    log.warning("ESSA worker %d is back, on node %s", w, self.worker_nodes[w][:8])
+                    away = time.monotonic() - self._lost_at.pop(w)
+                    log.warning("ESSA worker %d is back, on node %s, after %.1f s", w, self.worker_nodes[w][:8], away)
                 except ActorUnavailableError:  # still restarting: ask again, briefly spaced
-                    self._pings[w] += 1
-                    if self._pings[w] <= self.max_pings:
+                    if time.monotonic() - self._lost_at[w] < self.start_timeout_s:
                         time.sleep(0.1)
                         rejoining[self.actors[w].ready.remote()] = w
                     else:
-                        log.error("ESSA worker %d did not come back after %d pings", w, self.max_pings)
+                        log.error("ESSA worker %d not back after %.0f s; going on without it", w, self.start_timeout_s)
                 except RayActorError:
                     log.error("ESSA worker %d is dead for good (restarts exhausted?)", w)
             else:
@@ -381,6 +384,7 @@ class RayPopulation:
                     stats.redispatched += 1
                     if w in live:
                         live.discard(w)
+                        self._lost_at[w] = time.monotonic()
                         stats.worker_failures += 1
                         log.warning("ESSA worker %d died mid-generation; re-dispatching its candidates", w)
                         rejoining[self.actors[w].ready.remote()] = w
@@ -403,6 +407,9 @@ class RayPopulation:
         import ray
         from ray.util.placement_group import remove_placement_group
 
+        restarting = sorted(getattr(self, "_rejoining", {}).values())  # absent when the pool failed to start
+        if restarting:
+            log.warning("ESSA worker(s) %s still restarting when the pool closed (the search ended first)", restarting)
         for actor in self.actors:
             ray.kill(actor, no_restart=True)
         self.actors = []

@@ -129,6 +129,7 @@ def _make_population(cfg: PipelineConfig, splits: Splits, sft_adapter: Path) -> 
         gpus_per_worker=e.worker_gpus,
         strategy=e.placement_strategy,
         placement_timeout_s=e.placement_timeout_s,
+        start_timeout_s=e.worker_start_timeout_s,
         address=cfg.ray_address,
     )
 

@@ -8,7 +8,7 @@ node is gone. The test watches the run's local checkpoints and SIGKILLs every pr
 raylet, agents and workers) after a few were written; the run must still complete and register its model:
 
 - ESSA re-dispatches the lost worker's candidates to the live one; Ray re-places the lost placement-group bundle
-  on the head, where the restarted worker rejoins.
+  on the head, where the restarted worker rejoins (unless the search ends first, which the pool logs).
 - F-GRPO's Ray Train worker group fails as a whole; Ray Train restarts it (grpo.max_failures) and every rank
   resumes from the latest checkpoint.
 """
@@ -16,6 +16,7 @@ raylet, agents and workers) after a few were written; the run must still complet
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -102,8 +103,12 @@ def test_essa_pipeline_spreads_over_both_nodes_and_survives_losing_one(pipeline_
     assert training["worker_failures"] >= 1  # the killed node's worker was noticed ...
     assert sum(training["work_by_node"].values()) == ESSA["generations"] * ESSA["population"]  # ... and none lost
     assert out["model_version"] == "1" and "champion" in out["aliases"]
-    # Ray re-placed the lost worker's bundle on the head, and the restarted worker rejoined the pool there
-    assert f"is back, on node {head}" in out["_log"]
+    # Ray re-places the lost worker's bundle on the head and restarts the worker there (a model load: ~10 s on a
+    # quiet machine, more under load). Whether it is back before the last generation is a race the run need not
+    # win, but the pool must say which happened: rejoined on the head, or still restarting when it closed.
+    back = re.search(rf"ESSA worker \d is back, on node {head}, after ([\d.]+) s", out["_log"])
+    assert back or "still restarting when the pool closed" in out["_log"], out["_log"][-3000:]
+    rejoined = f"rejoined on the head after {back.group(1)} s" if back else "still restarting at the end"
 
     # MLflow's per-generation history shows the kill mid-training: both nodes before it, the head alone after
     history = mlflow_client(out["tracking_uri"]).get_metric_history(out["mlflow_run_id"], "train.nodes_active")
@@ -117,8 +122,8 @@ def test_essa_pipeline_spreads_over_both_nodes_and_survives_losing_one(pipeline_
     print(
         f"\nESSA: candidates by node {training['work_by_node']}; killed node {out['_victim']} "
         f"({out['_killed_pids']} processes) after generation {out['_killed_at']}; {int(redispatched)} candidates "
-        f"re-dispatched, {training['worker_failures']} worker lost; run done {out['_after_kill_s']} s after the "
-        f"kill; stages {out['stages']}"
+        f"re-dispatched, {training['worker_failures']} worker lost, {rejoined}; run done {out['_after_kill_s']} s "
+        f"after the kill; stages {out['stages']}"
     )
 
 
