@@ -1,12 +1,14 @@
 """ESSA on a real local Ray: workers agree with each other and with the in-process path, a worker killed
-mid-generation loses and double-counts nothing, workers the cluster cannot hold fail at once, and a short run on
-the calibrated tiny model improves held-out reward."""
+mid-generation loses and double-counts nothing and rejoins once Ray has restarted it (or the pool says it was still
+restarting when the search ended), workers the cluster cannot hold fail at once, and a short run on the calibrated
+tiny model improves held-out reward."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -104,6 +106,32 @@ def test_worker_killed_mid_generation_loses_and_double_counts_nothing(tiny, tmp_
         assert min(stats2.per_worker) > 0, "the rejoined worker takes candidates again"
     finally:
         pool.close()
+
+
+class SlowRestart(CrashOnce):
+    """CrashOnce whose restarted process takes a minute to come up (a big model loading after a node loss)."""
+
+    def __init__(self, spec):
+        if os.path.exists(self.marker):
+            time.sleep(60)
+        super().__init__(spec)
+
+
+def test_a_search_that_ends_before_a_restarted_worker_is_back_says_so(tiny, tmp_path, caplog):
+    cfg, splits, adapter = tiny
+    spec = scoring_spec(cfg, splits, adapter)
+    candidates = np.random.default_rng(1).normal(0, 0.3, (12, LocalPopulation(spec).dimension))
+    SlowRestart.marker = str(tmp_path / "crashed")
+    caplog.set_level(logging.INFO, logger="essaflow.essa.population")
+    pool = RayPopulation(spec, workers=2, worker_class=SlowRestart)
+    try:
+        _, stats = pool.evaluate(candidates, np.arange(cfg.essa.minibatch), seed=3)
+        assert stats.worker_failures == 1 and sum(stats.per_worker) == 12  # the live worker did the rest
+    finally:
+        t0 = time.monotonic()
+        pool.close()
+    assert time.monotonic() - t0 < 5, "close does not wait for the restart"
+    assert re.search(r"ESSA worker\(s\) \[[01]\] still restarting when the pool closed", caplog.text)
 
 
 def test_workers_the_cluster_cannot_hold_fail_before_any_model_loads(tiny):
