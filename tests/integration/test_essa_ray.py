@@ -130,7 +130,7 @@ def test_a_search_that_ends_before_a_restarted_worker_is_back_says_so(tiny, tmp_
     finally:
         t0 = time.monotonic()
         pool.close()
-    assert time.monotonic() - t0 < 5, "close does not wait for the restart"
+    assert time.monotonic() - t0 < 10, "close does not wait for the restart (a minute)"
     assert re.search(r"ESSA worker\(s\) \[[01]\] still restarting when the pool closed", caplog.text)
 
 
