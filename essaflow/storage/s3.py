@@ -1,0 +1,475 @@
+"""S3Store: artifacts in an S3 bucket on any S3-compatible endpoint, with transient failures retried."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import random
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from essaflow.storage.base import (
+    _CHUNK,
+    MANIFEST,
+    ArtifactStore,
+    StorageError,
+    T,
+    _clean_key,
+    _join,
+    _sha256_file,
+    _tmp_sibling,
+)
+
+log = logging.getLogger(__name__)
+
+_TRANSIENT_STATUS = {500, 502, 503, 504}
+_TRANSIENT_CODES = {"RequestTimeout", "SlowDown", "InternalError", "ServiceUnavailable", "Throttling", "503"}
+_CREDENTIAL_CODES = {
+    "SignatureDoesNotMatch",
+    "InvalidAccessKeyId",
+    "InvalidToken",
+    "ExpiredToken",
+    "TokenRefreshRequired",
+    "InvalidClientTokenId",
+    "AuthorizationHeaderMalformed",
+    "AccessDenied",
+    "AllAccessDisabled",
+    "403",
+}
+_NOT_SUPPORTED_CODES = {"NotImplemented", "501", "InvalidArgument", "InvalidRequest"}
+
+
+def _safe_url(url: str | None) -> str:
+    """An endpoint URL without any ``user:password@`` part."""
+    if not url:
+        return "<default AWS endpoint>"
+    parts = urlsplit(url)
+    if parts.username or parts.password:
+        host = parts.hostname or ""
+        if parts.port:
+            host = f"{host}:{parts.port}"
+        parts = parts._replace(netloc=host)
+    return urlunsplit(parts)
+
+
+def _root_cause(exc: BaseException) -> BaseException:
+    """Unwrap boto3's transfer wrappers (S3UploadFailedError, RetriesExceededError) to the botocore error."""
+    seen = 0
+    while seen < 5:
+        seen += 1
+        inner = getattr(exc, "last_exception", None)
+        if inner is None and type(exc).__name__ in ("S3UploadFailedError", "S3TransferFailedError"):
+            inner = exc.__cause__ or exc.__context__
+        if inner is None:
+            return exc
+        exc = inner
+    return exc
+
+
+def _is_transient(exc: BaseException) -> bool:
+    from botocore.exceptions import ClientError, ConnectionError, HTTPClientError, ResponseStreamingError
+
+    exc = _root_cause(exc)
+    if isinstance(exc, ClientError):
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        code = exc.response.get("Error", {}).get("Code", "")
+        return status in _TRANSIENT_STATUS or code in _TRANSIENT_CODES
+    return isinstance(exc, ConnectionError | HTTPClientError | ResponseStreamingError | ConnectionResetError)
+
+
+class S3Store(ArtifactStore):
+    """``s3://bucket/prefix`` on AWS or any S3-compatible server (SeaweedFS, MinIO, Ceph).
+
+    Credentials go straight into the boto3 session; the store keeps no copy, and neither ``repr`` nor any
+    error message or log line contains them.
+    """
+
+    #: files at or above this size are uploaded in parts (S3's minimum part size is 5 MiB)
+    multipart_threshold: int = 64 * 1024 * 1024
+    multipart_chunksize: int = 16 * 1024 * 1024
+
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str = "",
+        *,
+        endpoint_url: str | None = None,
+        region: str | None = None,
+        access_key: str | None = None,
+        secret_key: str | None = None,
+        retry_timeout: float = 20.0,
+        connect_timeout: float = 2.0,
+        read_timeout: float = 20.0,
+        max_attempts: int = 8,
+        _client: Any = None,
+        _shared: dict | None = None,
+    ):
+        if not bucket:
+            raise StorageError("S3 URI has no bucket name", "invalid")
+        self.bucket = bucket
+        self.prefix = _clean_key(prefix, allow_empty=True)
+        self.uri = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
+        self.endpoint_url = endpoint_url
+        self.region = region or "us-east-1"
+        self.retry_timeout = float(retry_timeout)
+        self._timeouts = (connect_timeout, read_timeout, max_attempts)
+        self._shared = _shared if _shared is not None else {"bucket_ok": False, "conditional": True}
+        if _client is None:
+            _client = self._make_client(access_key, secret_key)
+        self._client = _client
+
+    def _make_client(self, access_key: str | None, secret_key: str | None):
+        import boto3
+        from botocore.config import Config
+
+        connect_timeout, read_timeout, max_attempts = self._timeouts
+        custom = self.endpoint_url is not None and "amazonaws.com" not in self.endpoint_url
+        options: dict[str, Any] = {
+            "connect_timeout": connect_timeout,
+            "read_timeout": read_timeout,
+            "retries": {"mode": "standard", "total_max_attempts": max_attempts},
+            "s3": {"addressing_style": "path" if custom else "auto"},
+        }
+        if custom:
+            # Non-AWS servers vary in their support of the newer default CRC checksums; we verify SHA-256 ourselves.
+            options["request_checksum_calculation"] = "when_required"
+            options["response_checksum_validation"] = "when_required"
+        session = boto3.session.Session(
+            aws_access_key_id=access_key or None,
+            aws_secret_access_key=secret_key or None,
+            region_name=self.region,
+        )
+        return session.client("s3", endpoint_url=self.endpoint_url, config=Config(**options))
+
+    def __repr__(self) -> str:
+        return f"S3Store({self.uri!r}, endpoint={_safe_url(self.endpoint_url)!r})"
+
+    def __getstate__(self):
+        # Never serialise the client (it holds the credentials); a copy re-resolves them from its environment.
+        state = self.__dict__.copy()
+        state["_client"] = None
+        state["_shared"] = {"bucket_ok": False, "conditional": True}
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        env = s3_settings_from_env()
+        self._client = self._make_client(env["access_key"], env["secret_key"])
+
+    # -- addressing ---------------------------------------------------------------------------------------------
+    def child(self, prefix: str) -> S3Store:
+        new = object.__new__(S3Store)
+        new.__dict__.update(self.__dict__)
+        new.prefix = _join(self.prefix, _clean_key(prefix, allow_empty=True))
+        new.uri = f"s3://{self.bucket}/{new.prefix}" if new.prefix else f"s3://{self.bucket}"
+        return new
+
+    def _key(self, key: str) -> str:
+        return _join(self.prefix, _clean_key(key))
+
+    def url(self, key: str) -> str:
+        return _join(self.uri, _clean_key(key, allow_empty=True))
+
+    @property
+    def endpoint(self) -> str:
+        return _safe_url(self.endpoint_url or getattr(self._client.meta, "endpoint_url", None))
+
+    # -- error handling -----------------------------------------------------------------------------------------
+    def _translate(self, exc: BaseException, action: str, key: str | None, attempts: int, elapsed: float):
+        from botocore.exceptions import ClientError, NoCredentialsError, PartialCredentialsError
+
+        root = _root_cause(exc)
+        where = self.url(key) if key is not None else self.uri
+        if isinstance(root, StorageError):
+            return root
+        if isinstance(root, NoCredentialsError | PartialCredentialsError):
+            return StorageError(
+                f"no S3 credentials to {action} {where}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
+                "(or pass access_key/secret_key)",
+                "credentials",
+            )
+        if isinstance(root, ClientError):
+            err = root.response.get("Error", {})
+            code = str(err.get("Code", ""))
+            status = root.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if code == "NoSuchBucket":
+                return StorageError(f"S3 bucket '{self.bucket}' does not exist at {self.endpoint}", "missing_bucket")
+            if code in ("NoSuchKey", "404", "NotFound") or status == 404:
+                return StorageError(f"object not found: {where}", "missing_object")
+            if code in _CREDENTIAL_CODES or status == 403:
+                return StorageError(
+                    f"S3 credentials rejected by {self.endpoint} ({code or status}) when trying to {action} {where}: "
+                    "check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY and the bucket's permissions",
+                    "credentials",
+                )
+            kind = "unreachable" if _is_transient(root) else "other"
+            return StorageError(
+                f"S3 error {code or status} from {self.endpoint} when trying to {action} {where} "
+                f"(after {attempts} attempt(s), {elapsed:.1f}s): {err.get('Message', '')}".rstrip(": "),
+                kind,
+            )
+        if _is_transient(root):
+            return StorageError(
+                f"S3 endpoint {self.endpoint} is unreachable ({type(root).__name__}): could not {action} {where} "
+                f"after {attempts} attempt(s) over {elapsed:.1f}s",
+                "unreachable",
+            )
+        return StorageError(f"S3 failure when trying to {action} {where}: {type(root).__name__}: {root}")
+
+    def _call(self, action: str, key: str | None, fn: Callable[[], T], *, check_bucket: bool = True) -> T:
+        """Run ``fn`` retrying transient failures with backoff until ``retry_timeout``; translate errors."""
+        if check_bucket and not self._shared["bucket_ok"]:
+            self._check_bucket()
+        start = time.monotonic()
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return fn()
+            except StorageError:
+                raise
+            except Exception as e:
+                elapsed = time.monotonic() - start
+                remaining = self.retry_timeout - elapsed
+                if not _is_transient(e) or remaining <= 0:
+                    raise self._translate(e, action, key, attempt, elapsed) from e
+                delay = min(4.0, 0.25 * 2 ** (attempt - 1)) * (0.5 + random.random() / 2)
+                delay = min(delay, remaining)
+                log.warning(
+                    "S3 %s of %s failed (%s), retrying in %.1fs (attempt %d)",
+                    action,
+                    self.url(key) if key is not None else self.uri,
+                    type(_root_cause(e)).__name__,
+                    delay,
+                    attempt,
+                )
+                time.sleep(delay)
+
+    def _check_bucket(self) -> None:
+        """Fail early and clearly on a missing bucket (a HEAD on a missing bucket's object is just 404)."""
+        from botocore.exceptions import ClientError
+
+        def head():
+            try:
+                self._client.head_bucket(Bucket=self.bucket)
+            except ClientError as e:
+                status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+                if status == 404:
+                    raise StorageError(
+                        f"S3 bucket '{self.bucket}' does not exist at {self.endpoint}", "missing_bucket"
+                    ) from None
+                if status == 403:  # may only lack s3:ListBucket; the real request will tell
+                    return
+                raise
+
+        self._call("access bucket", None, head, check_bucket=False)
+        self._shared["bucket_ok"] = True
+
+    # -- primitives ---------------------------------------------------------------------------------------------
+    def put_bytes(self, key: str, data: bytes) -> str:
+        data = bytes(data)
+        sha = hashlib.sha256(data).hexdigest()
+        full = self._key(key)
+        self._call(
+            "write",
+            key,
+            lambda: self._client.put_object(Bucket=self.bucket, Key=full, Body=data, Metadata={"sha256": sha}),
+        )
+        return sha
+
+    def get_bytes(self, key: str) -> bytes:
+        full = self._key(key)
+
+        def get():
+            resp = self._client.get_object(Bucket=self.bucket, Key=full)
+            return resp["Body"].read(), resp.get("Metadata", {}).get("sha256")
+
+        data, expected = self._call("read", key, get)
+        if expected and hashlib.sha256(data).hexdigest() != expected:
+            raise StorageError(f"checksum mismatch for {self.url(key)}: content differs from its sha256", "integrity")
+        return data
+
+    def exists(self, key: str) -> bool:
+        from botocore.exceptions import ClientError
+
+        full = self._key(key)
+
+        def head():
+            try:
+                self._client.head_object(Bucket=self.bucket, Key=full)
+                return True
+            except ClientError as e:
+                if e.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 404:
+                    return False
+                raise
+
+        return self._call("check", key, head)
+
+    def _list_full(self, prefix: str) -> list[str]:
+        """Full keys under the directory ``prefix`` (relative to this store's root)."""
+        prefix = _clean_key(prefix, allow_empty=True)
+        full_prefix = _join(self.prefix, prefix)
+        s3_prefix = full_prefix + "/" if full_prefix else ""
+
+        def scan():
+            keys = []
+            for page in self._client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=s3_prefix):
+                keys.extend(o["Key"] for o in page.get("Contents", []) if not o["Key"].endswith("/"))
+            return keys
+
+        return self._call("list", prefix, scan)
+
+    def list(self, prefix: str = "") -> list[str]:
+        cut = len(self.prefix) + 1 if self.prefix else 0
+        return sorted(k[cut:] for k in self._list_full(prefix))
+
+    def _transfer_config(self):
+        from boto3.s3.transfer import TransferConfig
+
+        return TransferConfig(
+            multipart_threshold=self.multipart_threshold,
+            multipart_chunksize=self.multipart_chunksize,
+            max_concurrency=4,
+        )
+
+    def _upload_known(self, local: Path, key: str, sha256: str) -> None:
+        full = self._key(key)
+        cfg = self._transfer_config()
+        self._call(
+            "upload",
+            key,
+            lambda: self._client.upload_file(
+                str(local), self.bucket, full, ExtraArgs={"Metadata": {"sha256": sha256}}, Config=cfg
+            ),
+        )
+
+    def upload_file(self, local: Path, key: str) -> str:
+        local = Path(local)
+        if not local.is_file():
+            raise StorageError(f"local file not found: {local}", "invalid")
+        sha, _size = _sha256_file(local)
+        self._upload_known(local, key, sha)
+        return sha
+
+    def _fetch_to(self, key: str, dest: Path) -> None:
+        full = self._key(key)
+        cfg = self._transfer_config()
+        self._call("download", key, lambda: self._client.download_file(self.bucket, full, str(dest), Config=cfg))
+
+    def download_file(self, key: str, local: Path) -> Path:
+        local = Path(local).absolute()
+        local.parent.mkdir(parents=True, exist_ok=True)
+        tmp = _tmp_sibling(local)
+        try:
+            self._fetch_to(key, tmp)
+            os.replace(tmp, local)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        return local
+
+    def _remote_digest(self, key: str) -> tuple[str, int]:
+        full = self._key(key)
+
+        def digest():
+            h = hashlib.sha256()
+            size = 0
+            body = self._client.get_object(Bucket=self.bucket, Key=full)["Body"]
+            for chunk in body.iter_chunks(_CHUNK):
+                h.update(chunk)
+                size += len(chunk)
+            return h.hexdigest(), size
+
+        return self._call("read", key, digest)
+
+    def _put_if_absent(self, key: str, data: bytes) -> bool:
+        from botocore.exceptions import ClientError
+
+        full = self._key(key)
+        sha = hashlib.sha256(data).hexdigest()
+        if self._shared["conditional"]:
+
+            def put():
+                try:
+                    self._client.put_object(
+                        Bucket=self.bucket, Key=full, Body=data, Metadata={"sha256": sha}, IfNoneMatch="*"
+                    )
+                    return True
+                except ClientError as e:
+                    code = str(e.response.get("Error", {}).get("Code", ""))
+                    status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+                    if status == 412 or code == "PreconditionFailed":
+                        return False
+                    if status == 409 or code == "ConditionalRequestConflict":
+                        return False  # a concurrent conditional write won; the caller re-reads it
+                    if code in _NOT_SUPPORTED_CODES or status == 501:
+                        return None
+                    raise
+
+            result = self._call("write", key, put)
+            if result is not None:
+                return result
+            log.info("%s does not support conditional writes; falling back to check-then-put", self.endpoint)
+            self._shared["conditional"] = False
+        if self.exists(key):
+            return False
+        self._call(
+            "write",
+            key,
+            lambda: self._client.put_object(Bucket=self.bucket, Key=full, Body=data, Metadata={"sha256": sha}),
+        )
+        return True
+
+    def _delete_keys(self, keys: list[str]) -> None:
+        full = [self._key(k) for k in keys]
+        self._delete_full(full)
+
+    def _delete_full(self, full: Iterable[str]) -> None:
+        full = list(full)
+        for i in range(0, len(full), 1000):
+            batch = [{"Key": k} for k in full[i : i + 1000]]
+
+            def delete(batch=batch):
+                resp = self._client.delete_objects(Bucket=self.bucket, Delete={"Objects": batch, "Quiet": True})
+                errors = [e for e in resp.get("Errors", []) if e.get("Code") != "NoSuchKey"]
+                if errors:
+                    first = errors[0]
+                    raise StorageError(
+                        f"could not delete {len(errors)} object(s) under {self.uri}, e.g. "
+                        f"s3://{self.bucket}/{first.get('Key')}: {first.get('Code')} {first.get('Message', '')}"
+                    )
+
+            self._call("delete", None, delete)
+
+    def delete_prefix(self, prefix: str) -> None:
+        full = self._list_full(prefix)
+        manifests = {k for k in full if k.rsplit("/", 1)[-1] == MANIFEST}
+        self._delete_full(sorted(manifests))
+        self._delete_full(k for k in full if k not in manifests)
+
+
+def s3_settings_from_env(environ: dict[str, str] | None = None) -> dict:
+    """S3 settings from the environment, as keyword arguments for :func:`open_store`.
+
+    endpoint: ``ESSAFLOW_S3_ENDPOINT_URL``, else ``AWS_ENDPOINT_URL_S3``, else ``AWS_ENDPOINT_URL``;
+    region: ``AWS_REGION``, else ``AWS_DEFAULT_REGION``; credentials: ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``.
+    Unset values are None (boto3 then uses its default chain: profiles, instance roles, ...).
+    """
+    env = os.environ if environ is None else environ
+
+    def first(*names: str) -> str | None:
+        for n in names:
+            if env.get(n):
+                return env[n]
+        return None
+
+    return {
+        "endpoint_url": first("ESSAFLOW_S3_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"),
+        "region": first("AWS_REGION", "AWS_DEFAULT_REGION"),
+        "access_key": first("AWS_ACCESS_KEY_ID"),
+        "secret_key": first("AWS_SECRET_ACCESS_KEY"),
+    }
