@@ -8,13 +8,12 @@ from datetime import timedelta
 from typing import Any
 
 from prefect import get_run_logger, task
-from prefect.tasks import exponential_backoff
 
 from essaflow.config import DataConfig
 from essaflow.pipeline_io import DatasetRef, Timer, config_hash, dataset_name, publish_dataset
 from essaflow.storage import MANIFEST, StorageError, open_store
 from essaflow.warm_start import prepare_splits
-from tasks.retry import transient_only
+from tasks.retry import retry_policy
 from tasks.run import record_stage
 
 DATASET_FORMAT = 1  # bump when the stored layout changes, so old cache entries stop matching
@@ -53,10 +52,7 @@ def _still_stored(result_store: Any, key: str) -> bool:
     cache_expiration=timedelta(days=30),
     persist_result=True,
     result_serializer="json",
-    retries=3,
-    retry_delay_seconds=exponential_backoff(backoff_factor=2),
-    retry_jitter_factor=0.5,
-    retry_condition_fn=transient_only,
+    **retry_policy(retries=3),
     on_completion=[record_stage],
 )
 def prepare_dataset(data: DataConfig, storage_uri: str) -> DatasetRef:

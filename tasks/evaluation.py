@@ -7,7 +7,6 @@ from pathlib import Path
 
 from prefect import get_run_logger, task
 from prefect.artifacts import create_table_artifact
-from prefect.tasks import exponential_backoff
 
 from essaflow import tracking
 from essaflow.config import EvalConfig, ModelConfig, PipelineConfig, SamplingConfig
@@ -23,7 +22,7 @@ from essaflow.pipeline_io import (
 )
 from essaflow.storage import open_store
 from essaflow.warm_start import evaluate_adapter
-from tasks.retry import transient_only
+from tasks.retry import retry_policy
 from tasks.run import record_stage, tracked
 
 
@@ -38,10 +37,7 @@ def _table(ref: EvalRef) -> list[dict]:
 @task(
     name="evaluate",
     task_run_name="evaluate-{label}",
-    retries=2,
-    retry_delay_seconds=exponential_backoff(backoff_factor=2),
-    retry_jitter_factor=0.5,
-    retry_condition_fn=transient_only,
+    **retry_policy(),
     on_completion=[record_stage],
 )
 def evaluate(
@@ -66,10 +62,7 @@ def evaluate(
 @task(
     name="evaluate_registered",
     task_run_name="evaluate-{model_name}-{alias}",
-    retries=2,
-    retry_delay_seconds=exponential_backoff(backoff_factor=2),
-    retry_jitter_factor=0.5,
-    retry_condition_fn=transient_only,
+    **retry_policy(),
     on_completion=[record_stage],
 )
 def evaluate_registered(

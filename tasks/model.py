@@ -6,12 +6,11 @@ import hashlib
 from pathlib import Path
 
 from prefect import get_run_logger, task
-from prefect.tasks import exponential_backoff
 
 from essaflow.config import ModelConfig
 from essaflow.models import resolve_model_path
 from essaflow.pipeline_io import ModelRef, Timer
-from tasks.retry import transient_only
+from tasks.retry import retry_policy
 from tasks.run import record_stage
 
 
@@ -32,10 +31,7 @@ def _digest(path: str, revision: str | None) -> str:
 @task(
     name="build_base_model",
     task_run_name="build_base_model",
-    retries=2,
-    retry_delay_seconds=exponential_backoff(backoff_factor=2),
-    retry_jitter_factor=0.5,
-    retry_condition_fn=transient_only,
+    **retry_policy(),
     on_completion=[record_stage],
 )
 def build_base_model(model: ModelConfig) -> ModelRef:

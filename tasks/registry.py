@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 from prefect import get_run_logger, task
-from prefect.tasks import exponential_backoff
 
 from essaflow import tracking
 from essaflow.config import PipelineConfig
@@ -20,17 +19,14 @@ from essaflow.pipeline_io import (
     fetch_dir,
     read_eval_report,
 )
-from tasks.retry import transient_only
+from tasks.retry import retry_policy
 from tasks.run import record_stage, tracked
 
 
 @task(
     name="register",
     task_run_name="register",
-    retries=3,
-    retry_delay_seconds=exponential_backoff(backoff_factor=2),
-    retry_jitter_factor=0.5,
-    retry_condition_fn=transient_only,
+    **retry_policy(retries=3),
     on_completion=[record_stage],
 )
 def register(

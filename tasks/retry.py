@@ -1,4 +1,4 @@
-"""Which failures a retry can fix. Declared on every task as `retry_condition_fn=transient_only`.
+"""Which failures a retry can fix, and the retry policy every pipeline task declares (`**retry_policy()`).
 
 A bad config, a malformed dataset, missing credentials or a missing bucket fail the same way every time, so they
 fail at once with their message; a dropped connection, a timeout or a crashed trainer gets the task's retries.
@@ -7,6 +7,8 @@ fail at once with their message; a dropped connection, a timeout or a crashed tr
 from __future__ import annotations
 
 from typing import Any
+
+from prefect.tasks import exponential_backoff
 
 from essaflow.config import ConfigError
 from essaflow.data import BadRowsError
@@ -27,3 +29,14 @@ def transient_only(task: Any, task_run: Any, state: Any) -> bool:
     except Exception:
         return True
     return True
+
+
+def retry_policy(retries: int = 2, backoff_s: float = 2.0) -> dict[str, Any]:
+    """Prefect task options: ``retries`` attempts after the first, exponential backoff from ``backoff_s`` seconds
+    with jitter (so parallel runs do not retry in step), and only for failures a retry can fix."""
+    return {
+        "retries": retries,
+        "retry_delay_seconds": exponential_backoff(backoff_factor=backoff_s),
+        "retry_jitter_factor": 0.5,
+        "retry_condition_fn": transient_only,
+    }

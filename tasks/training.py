@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from prefect import get_run_logger, task
-from prefect.tasks import exponential_backoff
 
 from essaflow import tracking
 from essaflow.config import PipelineConfig
@@ -38,7 +37,7 @@ from essaflow.storage import StorageError, open_store
 from essaflow.tiny_model import cache_root
 from essaflow.warm_start import cached_sft_adapter, sft_key
 from tasks.progress import StageProgress
-from tasks.retry import transient_only
+from tasks.retry import retry_policy
 from tasks.run import record_stage, tracked
 
 METRICS_EVERY_S = 2.0
@@ -67,10 +66,7 @@ def _given_adapter(config: PipelineConfig, store: Any) -> AdapterRef:
 @task(
     name="warm_start",
     task_run_name="warm_start",
-    retries=2,
-    retry_delay_seconds=exponential_backoff(backoff_factor=2),
-    retry_jitter_factor=0.5,
-    retry_condition_fn=transient_only,
+    **retry_policy(),
     on_completion=[record_stage],
 )
 def warm_start(config: PipelineConfig, dataset: DatasetRef, run: RunRef) -> AdapterRef:
@@ -104,10 +100,7 @@ def warm_start(config: PipelineConfig, dataset: DatasetRef, run: RunRef) -> Adap
 @task(
     name="train",
     task_run_name="train",
-    retries=2,
-    retry_delay_seconds=exponential_backoff(backoff_factor=5),
-    retry_jitter_factor=0.5,
-    retry_condition_fn=transient_only,
+    **retry_policy(backoff_s=5),
     on_completion=[record_stage],
 )
 def train(config: PipelineConfig, dataset: DatasetRef, sft: AdapterRef, run: RunRef) -> AdapterRef:
