@@ -92,8 +92,11 @@ def generation_seed(seed: int, generation: int) -> int:
     return int(np.random.SeedSequence([seed, generation]).generate_state(1)[0] % (2**31 - 1))
 
 
-def scoring_spec(cfg: PipelineConfig, splits: Splits, sft_adapter: Path) -> ScoringSpec:
-    """What every scorer loads once: model, SFT adapter, SVD settings, the training split, fitness settings."""
+def scoring_spec(cfg: PipelineConfig, splits: Splits, sft_adapter: Path, ship_adapter: bool = True) -> ScoringSpec:
+    """What every scorer loads once: model, SFT adapter, SVD settings, the training split, fitness settings.
+
+    ``ship_adapter``: carry the adapter's files too, for Ray workers on machines that do not see ``sft_adapter``
+    (not needed by the in-process scorer, which reads the path)."""
     e = cfg.essa
     return ScoringSpec(
         model=cfg.model.model_dump(),
@@ -111,13 +114,15 @@ def scoring_spec(cfg: PipelineConfig, splits: Splits, sft_adapter: Path) -> Scor
         merged=e.merged_scoring,
         adapter_files={  # workers on other machines rebuild the adapter from these (small: LoRA + tokenizer)
             str(p.relative_to(sft_adapter)): p.read_bytes() for p in sorted(Path(sft_adapter).rglob("*")) if p.is_file()
-        },
+        }
+        if ship_adapter
+        else {},
     )
 
 
 def _make_population(cfg: PipelineConfig, splits: Splits, sft_adapter: Path) -> LocalPopulation | RayPopulation:
     e = cfg.essa
-    spec = scoring_spec(cfg, splits, sft_adapter)
+    spec = scoring_spec(cfg, splits, sft_adapter, ship_adapter=e.backend == "ray")
     if e.backend == "local":
         return LocalPopulation(spec)
     return RayPopulation(
