@@ -148,9 +148,18 @@ class ArtifactStore(ABC):
     def upload_file(self, local: Path, key: str) -> str:
         """Copy a local file to ``key`` (multipart on S3 for large files); returns its SHA-256."""
 
-    @abstractmethod
     def download_file(self, key: str, local: Path) -> Path:
         """Copy ``key`` to ``local`` atomically (temp file + rename); returns ``local``."""
+        local = Path(local).absolute()
+        local.parent.mkdir(parents=True, exist_ok=True)
+        tmp = _tmp_sibling(local)
+        try:
+            self._fetch_to(key, tmp)
+            os.replace(tmp, local)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        return local
 
     @abstractmethod
     def delete_prefix(self, prefix: str) -> None:

@@ -119,18 +119,6 @@ class FileStore(ArtifactStore):
                 raise self._missing(key) from None
             raise
 
-    def download_file(self, key: str, local: Path) -> Path:
-        local = Path(local).absolute()
-        local.parent.mkdir(parents=True, exist_ok=True)
-        tmp = _tmp_sibling(local)
-        try:
-            self._fetch_to(key, tmp)
-            os.replace(tmp, local)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        return local
-
     def _remote_digest(self, key: str) -> tuple[str, int]:
         path = self._path(key)
         if not path.is_file():

@@ -21,7 +21,6 @@ from essaflow.storage.base import (
     _clean_key,
     _join,
     _sha256_file,
-    _tmp_sibling,
 )
 
 log = logging.getLogger(__name__)
@@ -359,18 +358,6 @@ class S3Store(ArtifactStore):
         full = self._key(key)
         cfg = self._transfer_config()
         self._call("download", key, lambda: self._client.download_file(self.bucket, full, str(dest), Config=cfg))
-
-    def download_file(self, key: str, local: Path) -> Path:
-        local = Path(local).absolute()
-        local.parent.mkdir(parents=True, exist_ok=True)
-        tmp = _tmp_sibling(local)
-        try:
-            self._fetch_to(key, tmp)
-            os.replace(tmp, local)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        return local
 
     def _remote_digest(self, key: str) -> tuple[str, int]:
         full = self._key(key)
