@@ -25,9 +25,10 @@ import ray
 import torch
 
 from essaflow.config import load_config
+from essaflow.essa.minibatch import MinibatchSampler
 from essaflow.essa.population import RayPopulation
 from essaflow.essa.svd_lora import SVDLoRA
-from essaflow.essa.trainer import MinibatchSampler, generation_seed, scoring_spec
+from essaflow.essa.trainer import generation_seed, scoring_spec
 from essaflow.models import load_model_with_adapter
 from essaflow.warm_start import cached_sft_adapter, prepare_splits
 

@@ -8,7 +8,7 @@ suite (there is no GPU on CI); the CPU-visible logic of each path is unit-tested
    greedy accuracy and pass@k next to the transformers backend on the same GPU, and tokens/s of both.
 2. bf16_grpo: F-GRPO (gamma 1) with `model.dtype=bfloat16` on CUDA for a few steps: step time, reward before and
    after, LoRA weights moved and kept in float32 (peft keeps adapters in fp32 over a bf16 base).
-3. essa_gpu: an ESSA population pool on a local Ray with one GPU (`essa.worker_gpus=1`, or `1/k` with
+3. essa_gpu: an ESSA population pool on a local Ray with one GPU (`essa.workers.gpus=1`, or `1/k` with
    --workers-per-gpu k): candidates/s against the same pool on CPU, and identical rankings up to bf16 noise.
 
     python bench/gpu_check.py                 # all parts (~3-6 min on an H100/H200 with the tiny model)
@@ -78,7 +78,7 @@ def part_bf16_grpo(cfg: PipelineConfig, splits, adapter: Path, steps: int, devic
         result = train_grpo(run, splits, adapter, Path(d) / "out")
         before, after = (
             load_file(str(adapter / "adapter_model.safetensors")),
-            load_file(str(result.adapter_dir / "adapter_model.safetensors")),
+            load_file(str(result.output_dir / "adapter_model.safetensors")),
         )
     rewards = [m["reward_mean"] for m in result.metrics if "reward_mean" in m]
     k = max(1, len(rewards) // 4)
@@ -96,8 +96,9 @@ def part_essa_gpu(cfg: PipelineConfig, splits, adapter: Path, workers_per_gpu: i
     import ray
 
     from essaflow.cluster import gpus_per_worker
+    from essaflow.essa.minibatch import MinibatchSampler
     from essaflow.essa.population import RayPopulation
-    from essaflow.essa.trainer import MinibatchSampler, generation_seed, scoring_spec
+    from essaflow.essa.trainer import generation_seed, scoring_spec
 
     gpu = device == "cuda"
     ray.init(address="local", num_cpus=4, num_gpus=1 if gpu else 0, include_dashboard=False, log_to_driver=False)

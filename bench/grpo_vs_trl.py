@@ -41,7 +41,7 @@ def held_out(model, tok, problems, cfg) -> dict[str, float]:
 
 def run_ours(cfg, splits, sft, out: Path) -> dict:
     result = train_grpo(cfg, splits, sft, out)
-    model, tok = load_adapter(load_base_model(cfg.model), result.adapter_dir), load_tokenizer(cfg.model)
+    model, tok = load_adapter(load_base_model(cfg.model), result.output_dir), load_tokenizer(cfg.model)
     return {
         "step_s": [m["step_s"] for m in result.metrics],
         "reward": [m["reward_mean"] for m in result.metrics],

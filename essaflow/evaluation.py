@@ -7,10 +7,41 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from essaflow.config import EvalConfig, SamplingConfig
+from pydantic import Field, field_validator, model_validator
+
+from essaflow.config_base import StrictConfig, trajectory
 from essaflow.data.schema import Problem
-from essaflow.rewards import get_reward
-from essaflow.sampling import Generator
+from essaflow.rewards import REWARDS, get_reward
+from essaflow.sampling import Generator, SamplingConfig
+
+
+class EvalConfig(StrictConfig):
+    """pass@k evaluation protocol (Codex unbiased estimator, papers.md 1.3)."""
+
+    samples_per_problem: int = Field(16, ge=1)
+    """n: completions sampled per problem at sampling.temperature."""
+    ks: list[int] = [1, 2, 4, 8, 16]
+    """k values reported; each must be <= samples_per_problem."""
+    max_problems: int | None = Field(None, ge=1)
+    """Evaluate on at most this many eval problems (None = all)."""
+    seed: int = 1234
+    """Sampling seed: the same seed before and after training gives a paired comparison."""
+    reward: str = trajectory("exact_match")
+    """Reward used to judge correctness (see essaflow.rewards)."""
+
+    @model_validator(mode="after")
+    def _k_within_n(self) -> EvalConfig:
+        bad = [k for k in self.ks if k > self.samples_per_problem or k < 1]
+        if bad:
+            raise ValueError(f"ks {bad} must be between 1 and samples_per_problem={self.samples_per_problem}")
+        return self
+
+    @field_validator("reward")
+    @classmethod
+    def _known_reward(cls, v: str) -> str:
+        if v not in REWARDS:
+            raise ValueError(f"unknown reward {v!r}; known: {sorted(REWARDS)}")
+        return v
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

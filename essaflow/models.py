@@ -4,18 +4,46 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Literal
 
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
+from pydantic import Field
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from essaflow.config import ConfigError, ModelConfig
+from essaflow.config_base import ConfigError, StrictConfig, trajectory
 from essaflow.tiny_model import cache_root, tiny_base_path
 
 log = logging.getLogger(__name__)
 
 BUILTIN_TINY = "builtin:tiny"
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class ModelConfig(StrictConfig):
+    """Which base model to load and how LoRA is attached."""
+
+    name_or_path: str = trajectory("builtin:tiny")
+    """'builtin:tiny' (our embedded model), a local directory, a hub id, or an s3:// prefix."""
+    revision: str | None = trajectory(None)
+    """Hub revision to pin."""
+    trust_remote_code: bool = False
+    """Allow a checkpoint's own Python code to run. Off unless you trust the source."""
+    dtype: Literal["float32", "bfloat16", "float16"] = trajectory("float32")
+    """Weights dtype."""
+    lora_rank: int = trajectory(8, ge=1)
+    """LoRA rank r."""
+    lora_alpha: float = trajectory(16.0, gt=0)
+    """LoRA alpha (scale = alpha / r). ESSA keeps the SFT adapter's scaling (papers.md 6.1.6)."""
+    lora_dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    """LoRA dropout during SFT."""
+    target_modules: list[str] = trajectory(["q_proj", "k_proj", "v_proj", "o_proj"])
+    """Modules LoRA adapts; ESSA uses the attention projections Q/K/V/O (ESSA-v3 sec. 3.2)."""
+    torch_threads: int = Field(1, ge=1)
+    """Torch intra-op threads per process: 1 avoids collapse when another process shares the cores."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Where models are loaded (SFT, evaluation, ESSA scorers): auto = cuda when torch sees one, else cpu. A Ray
+    worker without a GPU share sees none, so CPU workers beside GPU ones stay on CPU."""
 
 
 def resolve_model_path(name_or_path: str) -> str:

@@ -101,11 +101,14 @@ class ModelRef(Ref):
 
 class AdapterRef(Ref):
     uri: str
-    """Directory artifact: a peft adapter (safetensors + adapter_config.json + tokenizer)."""
+    """Directory artifact: a peft adapter (safetensors + adapter_config.json + tokenizer), or a full checkpoint
+    when output_kind is full."""
     digest: str
     """Content digest (hash of its manifest's file list)."""
     kind: str
     """sft | essa | fgrpo | none | given."""
+    output_kind: str = "lora"
+    """lora: a LoRA adapter for the base model; full: a whole fine-tuned checkpoint (F-GRPO grpo.parameters=full)."""
     steps: int = 0
     resumed_from: int | None = None
     """Step/generation of the checkpoint the last training attempt resumed from (None: it started fresh)."""

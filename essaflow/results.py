@@ -1,24 +1,49 @@
-"""The small typed result every trainer returns, so the pipeline treats ESSA and F-GRPO alike."""
+"""What every trainer takes and returns, so the training path treats ESSA and F-GRPO alike."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+MetricsCallback = Callable[[dict[str, Any]], None]
+CheckpointCallback = Callable[[Path], None]
+
+
+@dataclass(frozen=True)
+class TrainCallbacks:
+    """What a trainer reports while it runs: a metrics row per generation/step, each committed checkpoint."""
+
+    on_metrics: MetricsCallback | None = None
+    """Called with each generation's (ESSA) or step's (F-GRPO) metrics row, in order."""
+    on_checkpoint: CheckpointCallback | None = None
+    """Called with the directory of each checkpoint once it is complete."""
+
+    def metrics(self, row: dict[str, Any]) -> None:
+        if self.on_metrics is not None:
+            self.on_metrics(row)
+
+    def checkpoint(self, path: Path) -> None:
+        if self.on_checkpoint is not None:
+            self.on_checkpoint(Path(path))
 
 
 @dataclass
 class TrainResult:
     """Outcome of one training run."""
 
-    adapter_dir: Path
-    """A standard peft LoRA adapter directory (safetensors + adapter_config.json + tokenizer)."""
+    output_dir: Path
+    """The trained policy: a standard peft LoRA adapter directory (safetensors + adapter_config.json + tokenizer),
+    or, for F-GRPO with grpo.parameters=full, a full Hugging Face checkpoint (see output_kind)."""
     steps: int
     """Generations (ESSA) or optimizer steps (GRPO) completed, including resumed ones."""
     wall_s: float
     """Training wall time of this call."""
     bytes_per_update: float
     """Bytes crossing process boundaries per generation/step (ESSA: candidates + fitness; GRPO: all-reduce)."""
+    output_kind: Literal["lora", "full"] = "lora"
+    """What output_dir holds: a LoRA adapter for the base model, or a full checkpoint."""
     metrics: list[dict[str, Any]] = field(default_factory=list)
     """One dict per generation/step (and held-out evals), in order."""
     resumed_from: int | None = None

@@ -8,10 +8,30 @@ present; it is imported lazily so CPU machines never need it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
 
 import torch
+from pydantic import Field
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from essaflow.config_base import StrictConfig, trajectory
+
+
+class SamplingConfig(StrictConfig):
+    """How completions are generated."""
+
+    backend: Literal["auto", "transformers", "vllm"] = "auto"
+    """Generation backend of pass@k evaluation: vllm (the `vllm` extra and a CUDA GPU; auto picks it when both are
+    there) or transformers. ESSA candidates and GRPO rollouts change the weights every call and always use
+    transformers (on the model's device)."""
+    temperature: float = Field(1.0, ge=0.0)
+    """Sampling temperature; 0 means greedy."""
+    top_p: float = trajectory(1.0, gt=0.0, le=1.0)
+    """Nucleus sampling mass."""
+    max_new_tokens: int = trajectory(8, ge=1)
+    """Completion length cap."""
+    batch_size: int = Field(512, ge=1)
+    """Sequences generated per forward batch."""
 
 
 @dataclass
@@ -137,7 +157,7 @@ def resolve_backend(choice: str) -> str:
     if vllm_available():
         return "vllm"
     if choice == "vllm":
-        from essaflow.config import ConfigError
+        from essaflow.config_base import ConfigError
 
         raise ConfigError(
             "sampling.backend=vllm needs the vllm extra (pip install 'essaflow[vllm]') and a visible CUDA GPU; "

@@ -10,13 +10,29 @@ from dataclasses import dataclass
 
 import torch
 from peft import PeftModel
+from pydantic import Field
 from transformers import PreTrainedTokenizerBase
 
-from essaflow.config import SFTConfig
+from essaflow.config_base import StrictConfig
 from essaflow.data.schema import Problem
 from essaflow.tiny_model import answer_only_batch
 
 log = logging.getLogger(__name__)
+
+
+class SFTConfig(StrictConfig):
+    """LoRA supervised warm start (ESSA-v3 sec. 3.2 'Initialization')."""
+
+    steps: int = Field(500, ge=1)
+    """Optimizer steps."""
+    batch_size: int = Field(64, ge=1)
+    """Problems per step."""
+    lr: float = Field(3e-3, gt=0)
+    """AdamW learning rate."""
+    weight_decay: float = Field(0.0, ge=0)
+    """AdamW weight decay."""
+    seed: int = 0
+    """Seed for LoRA init and batch order."""
 
 
 @dataclass

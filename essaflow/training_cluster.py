@@ -36,24 +36,24 @@ class TrainingRequest:
 
 
 def essa_request(cfg: PipelineConfig, cluster_has_gpus: bool) -> TrainingRequest:
-    """ESSA's population workers: worker_gpus unset = one whole GPU each where the cluster has GPUs."""
-    e = cfg.essa
-    gpus = e.worker_gpus if e.worker_gpus is not None else (1.0 if cluster_has_gpus else 0.0)
-    return TrainingRequest(e.workers, e.worker_cpus, gpus, e.placement_strategy)
+    """ESSA's population workers: essa.workers.gpus unset = one whole GPU each where the cluster has GPUs."""
+    w = cfg.essa.workers
+    gpus = w.gpus if w.gpus is not None else (1.0 if cluster_has_gpus else 0.0)
+    return TrainingRequest(w.count, w.cpus, gpus, w.placement_strategy)
 
 
 def grpo_request(cfg: PipelineConfig, cluster_has_gpus: bool) -> TrainingRequest:
     """F-GRPO's Ray Train ranks: one whole GPU each with device=cuda, or auto on a cluster with GPUs."""
     g = cfg.grpo
     use_gpu = g.device == "cuda" or (g.device == "auto" and cluster_has_gpus)
-    return TrainingRequest(g.workers, g.worker_cpus, 1.0 if use_gpu else 0.0, g.placement_strategy)
+    return TrainingRequest(g.workers.count, g.workers.cpus, 1.0 if use_gpu else 0.0, g.workers.placement_strategy)
 
 
 def training_request(cfg: PipelineConfig, cluster_has_gpus: bool) -> TrainingRequest | None:
     """The workers of cfg's training on a cluster with (or without) GPUs; None when training does not use Ray."""
     if cfg.method == "essa" and cfg.essa.backend == "ray":
         return essa_request(cfg, cluster_has_gpus)
-    if cfg.method == "fgrpo" and (cfg.grpo.workers > 1 or cfg.grpo.ray_for_single_worker):
+    if cfg.method == "fgrpo" and (cfg.grpo.workers.count > 1 or cfg.grpo.ray_for_single_worker):
         return grpo_request(cfg, cluster_has_gpus)
     return None
 

@@ -14,6 +14,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import torch
 from peft import PeftModel
 from transformers import PreTrainedTokenizerBase
 
@@ -28,6 +29,7 @@ from essaflow.models import (
     load_model_with_adapter,
     load_tokenizer,
     model_identity,
+    resolve_device,
     save_adapter,
 )
 from essaflow.sampling import TransformersGenerator, VLLMGenerator, resolve_backend
@@ -98,6 +100,26 @@ def evaluate_adapter(
             return evaluate(generator, problems, eval_cfg, sampling)
     model, tok = load_model_with_adapter(model_cfg, adapter_dir)
     return evaluate_model(model, tok, problems, eval_cfg, sampling)
+
+
+def evaluate_output(
+    model_cfg: ModelConfig,
+    output_dir: Path,
+    output_kind: str,
+    problems: list[Problem],
+    eval_cfg: EvalConfig,
+    sampling: SamplingConfig,
+) -> EvalReport:
+    """pass@k of a trained policy: a LoRA adapter on the base (output_kind lora) or a full checkpoint (full)."""
+    if output_kind == "lora":
+        return evaluate_adapter(model_cfg, output_dir, problems, eval_cfg, sampling)
+    if resolve_backend(sampling.backend) == "vllm":
+        return evaluate(VLLMGenerator(str(output_dir), dtype=model_cfg.dtype), problems, eval_cfg, sampling)
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(output_dir, dtype=getattr(torch, model_cfg.dtype)).eval()
+    model = model.to(resolve_device(model_cfg.device))
+    return evaluate_model(model, load_tokenizer(model_cfg), problems, eval_cfg, sampling)
 
 
 def evaluate_model(

@@ -21,7 +21,7 @@ from essaflow.pipeline_io import (
     read_dataset,
 )
 from essaflow.storage import open_store
-from essaflow.warm_start import evaluate_adapter
+from essaflow.warm_start import evaluate_adapter, evaluate_output
 from tasks.retry import retry_policy
 from tasks.run import record_stage, tracked
 
@@ -49,7 +49,12 @@ def evaluate(
         splits = read_dataset(dataset)
         adapter_dir = fetch_dir(adapter.uri, adapter.digest) if adapter is not None else None
     with timer.part("compute"):
-        report = evaluate_adapter(config.model, adapter_dir, splits.eval, config.eval, config.sampling)
+        if adapter_dir is None:
+            report = evaluate_adapter(config.model, None, splits.eval, config.eval, config.sampling)
+        else:
+            report = evaluate_output(
+                config.model, adapter_dir, adapter.output_kind, splits.eval, config.eval, config.sampling
+            )
     with timer.part("storage"):
         ref = publish_eval(open_store(run.storage_uri), run, label, report, _protocol(config.eval, config.sampling))
     with timer.part("tracking"):

@@ -7,7 +7,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from essaflow.config import DataConfig
+from essaflow.data.config import DataConfig
 from essaflow.data.schema import Problem, normalise_rows
 from essaflow.data.synthetic import synthetic_problems
 from essaflow.rewards import after_hashes, last_boxed

@@ -54,7 +54,7 @@ import numpy as np
 import torch
 
 from essaflow import cluster
-from essaflow.config import ModelConfig
+from essaflow.models import ModelConfig
 
 log = logging.getLogger(__name__)
 
@@ -307,7 +307,7 @@ class RayPopulation:
         except ray.exceptions.GetTimeoutError:
             self.close()
             raise RuntimeError(
-                f"{workers} ESSA workers did not load the model within {start_timeout_s:.0f}s (essa.workers)"
+                f"{workers} ESSA workers did not load the model within {start_timeout_s:.0f}s (essa.workers.count)"
             ) from None
         except BaseException:
             remove_placement_group(self._pg)

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from cmaes import CMA, SepCMA
 
-from essaflow.config import ESSAConfig
+from essaflow.essa.config import ESSAConfig
 
 Arrays = dict[str, np.ndarray]
 

@@ -1,16 +1,17 @@
-"""The ESSA loop: minibatch -> ask -> evaluate -> tell (ESSA-v3 sec. 3.2, App. A Algorithm 1; papers.md 2.1).
+"""The ESSA loop: minibatch -> ask -> evaluate -> tell -> record (ESSA-v3 sec. 3.2, App. A Algorithm 1).
 
 Per generation t:
-  1. draw the shared minibatch of b training prompts (papers.md 6.1.3; every candidate sees the same prompts),
+  1. draw the shared minibatch of b training prompts (every candidate sees the same prompts, `minibatch.py`),
   2. ask the strategy for lambda offset vectors (CMA-ES by default, mean starting at the SFT point),
   3. score each candidate by inference only (Ray pool or in process, `population.py`),
-  4. tell the strategy the fitnesses (maximised).
-Every `eval_every` generations the returned point (mean by default, papers.md 6.1.2) is measured on the held-out
+  4. tell the strategy the fitnesses (maximised),
+  5. record the generation's metrics; now and then a held-out evaluation and a checkpoint.
+Every `eval_every` generations the returned point (mean by default, docs/algorithms.md) is measured on the held-out
 split by greedy accuracy; training stops early once it reaches `target_accuracy`. Every `checkpoint_every`
 generations the driver writes its whole state (strategy with its RNG, minibatch sampler with its RNG, generation,
-metrics) as JSON + arrays; a new call with the same checkpoint_dir resumes from the latest complete checkpoint and
-replays the uninterrupted run bit for bit on CPU (fitness depends only on offsets, prompts and a per-generation
-seed, so no worker state needs saving). The result is a standard peft adapter with the rebuilt factors.
+metrics, the trajectory settings) as JSON + arrays; a new call with the same checkpoint_dir resumes from the latest
+complete checkpoint and replays the uninterrupted run bit for bit on CPU (fitness depends only on offsets, prompts
+and a per-generation seed, so no worker state needs saving). The result is a standard peft adapter.
 """
 
 from __future__ import annotations
@@ -19,72 +20,25 @@ import json
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from essaflow.config import PipelineConfig
+from essaflow.config import PipelineConfig, changed_trajectory, method_trajectory
 from essaflow.data import Splits
 from essaflow.essa.checkpoint import latest_checkpoint, read_checkpoint, write_checkpoint
-from essaflow.essa.population import LocalPopulation, RayPopulation, ScoringSpec
-from essaflow.essa.strategy import dump_attrs, make_strategy, restore_attrs
+from essaflow.essa.minibatch import MinibatchSampler
+from essaflow.essa.population import GenerationStats, LocalPopulation, RayPopulation, ScoringSpec
+from essaflow.essa.strategy import make_strategy
 from essaflow.essa.svd_lora import SVDLoRA
 from essaflow.evaluation import greedy_accuracy
 from essaflow.models import load_model_with_adapter
-from essaflow.results import TrainResult
+from essaflow.results import TrainCallbacks, TrainResult
 from essaflow.sampling import TransformersGenerator
 
 log = logging.getLogger(__name__)
-
-
-class MinibatchSampler:
-    """b prompt indices per generation, epoch-shuffled: every training prompt is used once per pass.
-
-    Sampling without replacement across generations covers the split evenly (papers.md 6.1.3 leaves the scheme
-    open; Algorithm 1 only says "random minibatch"). When b does not divide the split, a minibatch may straddle
-    two passes; it never repeats a prompt within itself as long as b <= the split size.
-    """
-
-    def __init__(self, size: int, batch: int, seed: int):
-        if not 1 <= batch <= size:
-            raise ValueError(f"essa.minibatch={batch} must be between 1 and the training split size {size}")
-        self.size = size
-        self.batch = batch
-        self.rng = np.random.RandomState(seed)
-        self.order = self.rng.permutation(size)
-        self.pos = 0
-
-    def next(self) -> np.ndarray:
-        if self.pos + self.batch <= self.size:
-            out = self.order[self.pos : self.pos + self.batch]
-            self.pos += self.batch
-            return out.copy()
-        head = self.order[self.pos :]
-        # New pass; the prompts of `head` go to its end so this minibatch never holds a prompt twice, and each
-        # pass still holds every prompt exactly once.
-        perm = self.rng.permutation(self.size)
-        in_head = np.isin(perm, head)
-        self.order = np.concatenate([perm[~in_head], perm[in_head]])
-        take = self.batch - len(head)
-        out = np.concatenate([head, self.order[:take]])
-        self.pos = take
-        return out
-
-    def state_dict(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-        return dump_attrs(self, "")
-
-    def load_state_dict(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
-        restore_attrs(self, meta, arrays, "")
-
-
-# The settings a run's trajectory depends on: a checkpoint only resumes under the same values. The others
-# (generations, eval/checkpoint cadence, target, workers, backend) may change between attempts.
-SEARCH_FIELDS = {
-    "alpha", "population", "sigma0", "minibatch", "strategy", "es_lr", "es_antithetic", "returned_point",
-    "fitness_temperature", "fitness", "seed", "nonnegative", "merged_scoring",
-}  # fmt: skip
 
 
 def generation_seed(seed: int, generation: int) -> int:
@@ -98,6 +52,7 @@ def scoring_spec(cfg: PipelineConfig, splits: Splits, sft_adapter: Path, ship_ad
     ``ship_adapter``: carry the adapter's files too, for Ray workers on machines that do not see ``sft_adapter``
     (not needed by the in-process scorer, which reads the path)."""
     e = cfg.essa
+    files = sorted(p for p in Path(sft_adapter).rglob("*") if p.is_file()) if ship_adapter else []
     return ScoringSpec(
         model=cfg.model.model_dump(),
         adapter_dir=str(sft_adapter),
@@ -112,31 +67,182 @@ def scoring_spec(cfg: PipelineConfig, splits: Splits, sft_adapter: Path, ship_ad
         batch_size=cfg.sampling.batch_size,
         fitness=e.fitness,
         merged=e.merged_scoring,
-        adapter_files={  # workers on other machines rebuild the adapter from these (small: LoRA + tokenizer)
-            str(p.relative_to(sft_adapter)): p.read_bytes() for p in sorted(Path(sft_adapter).rglob("*")) if p.is_file()
-        }
-        if ship_adapter
-        else {},
+        # workers on other machines rebuild the adapter from these (small: LoRA + tokenizer)
+        adapter_files={str(p.relative_to(sft_adapter)): p.read_bytes() for p in files},
     )
 
 
-def _make_population(cfg: PipelineConfig, splits: Splits, sft_adapter: Path) -> LocalPopulation | RayPopulation:
-    e = cfg.essa
+def make_population(cfg: PipelineConfig, splits: Splits, sft_adapter: Path) -> LocalPopulation | RayPopulation:
+    """The candidate scorers: in this process (essa.backend=local) or a Ray actor pool (essa.workers)."""
+    e, w = cfg.essa, cfg.essa.workers
     spec = scoring_spec(cfg, splits, sft_adapter, ship_adapter=e.backend == "ray")
     if e.backend == "local":
         return LocalPopulation(spec)
     return RayPopulation(
         spec,
-        workers=e.workers,
+        workers=w.count,
         inflight=e.inflight_per_worker,
-        max_restarts=e.worker_max_restarts,
-        cpus_per_worker=e.worker_cpus,
-        gpus_per_worker=e.worker_gpus,
-        strategy=e.placement_strategy,
-        placement_timeout_s=e.placement_timeout_s,
-        start_timeout_s=e.worker_start_timeout_s,
+        max_restarts=w.max_restarts,
+        cpus_per_worker=w.cpus,
+        gpus_per_worker=w.gpus,
+        strategy=w.placement_strategy,
+        placement_timeout_s=w.placement_timeout_s,
+        start_timeout_s=w.start_timeout_s,
         address=cfg.ray_address,
     )
+
+
+@dataclass
+class GenerationMetrics:
+    """One generation's record (MLflow metrics `train.*`, metrics.jsonl, the job's JSON)."""
+
+    generation: int
+    fitness_mean: float | None = None
+    fitness_max: float | None = None
+    fitness_min: float | None = None
+    sigma: float | None = None
+    mean_norm: float | None = None
+    wall_s: float | None = None
+    candidates_per_s: float | None = None
+    bytes_sent: int | None = None
+    bytes_received: int | None = None
+    bytes: int | None = None
+    redispatched: int | None = None
+    worker_failures: int | None = None
+    nodes_active: int | None = None
+    per_worker: list[int] | None = None
+    per_node: dict[str, int] | None = None
+    eval_greedy: float | None = None
+    stopped_early: bool | None = None
+
+    @classmethod
+    def of(cls, generation: int, fitness: np.ndarray, stats: GenerationStats, strategy, wall_s: float):
+        per_node = {node[:8]: n for node, n in stats.per_node.items()}
+        return cls(
+            generation=generation,
+            fitness_mean=float(fitness.mean()),
+            fitness_max=float(fitness.max()),
+            fitness_min=float(fitness.min()),
+            sigma=strategy.sigma,
+            mean_norm=float(np.linalg.norm(strategy.mean)),
+            wall_s=round(wall_s, 4),
+            candidates_per_s=round(len(fitness) / stats.wall_s, 2),
+            bytes_sent=stats.bytes_sent,
+            bytes_received=stats.bytes_received,
+            bytes=stats.bytes_total,
+            redispatched=stats.redispatched,
+            worker_failures=stats.worker_failures,
+            nodes_active=len(stats.per_node),
+            per_worker=stats.per_worker,
+            per_node=per_node,
+        )
+
+    def as_row(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+@dataclass
+class Search:
+    """The driver's state of one ESSA run: search space, strategy, prompt sampler, generation, history."""
+
+    cfg: PipelineConfig
+    splits: Splits
+    svd: SVDLoRA
+    tokenizer: Any
+    evaluator: TransformersGenerator
+    strategy: Any
+    sampler: MinibatchSampler
+    generation: int = 0
+    history: list[dict[str, Any]] = field(default_factory=list)
+    work_by_node: Counter = field(default_factory=Counter)
+    worker_failures: int = 0
+    bytes_seen: list[int] = field(default_factory=list)
+
+    @classmethod
+    def start(cls, cfg: PipelineConfig, splits: Splits, sft_adapter: Path) -> Search:
+        e = cfg.essa
+        model, tok = load_model_with_adapter(cfg.model, sft_adapter)
+        svd = SVDLoRA(model, e.alpha, nonnegative=e.nonnegative)
+        evaluator = TransformersGenerator(model, tok, cfg.sampling.batch_size)
+        strategy = make_strategy(e, svd.dimension)
+        sampler = MinibatchSampler(len(splits.train), e.minibatch, e.seed)
+        return cls(cfg, splits, svd, tok, evaluator, strategy, sampler)
+
+    @property
+    def finished(self) -> bool:
+        return self.generation >= self.cfg.essa.generations or any(m.get("stopped_early") for m in self.history)
+
+    def held_out(self) -> float:
+        """Greedy accuracy of the returned point on the eval split."""
+        self.svd.apply(self.strategy.result())
+        s = self.cfg.sampling
+        return greedy_accuracy(self.evaluator, self.splits.eval, s.max_new_tokens, self.cfg.eval.reward)
+
+    def record(self, fitness: np.ndarray, stats: GenerationStats, wall_s: float) -> dict[str, Any]:
+        """The generation just told: its metrics, a held-out evaluation when due (and the early stop)."""
+        e = self.cfg.essa
+        row = GenerationMetrics.of(self.generation, fitness, stats, self.strategy, wall_s)
+        if e.eval_every > 0 and (self.generation % e.eval_every == 0 or self.generation == e.generations):
+            row.eval_greedy = self.held_out()
+            if e.target_accuracy is not None and row.eval_greedy >= e.target_accuracy:
+                row.stopped_early = True
+        self.bytes_seen.append(stats.bytes_total)
+        self.work_by_node.update(row.per_node or {})
+        self.worker_failures += stats.worker_failures
+        self.history.append(row.as_row())
+        return self.history[-1]
+
+    def checkpoint_due(self) -> bool:
+        every = self.cfg.essa.checkpoint_every
+        return self.finished or (every > 0 and self.generation % every == 0)
+
+    def save(self, checkpoint_dir: Path) -> Path:
+        meta = {
+            "generation": self.generation,
+            "dimension": self.svd.dimension,
+            "trajectory": method_trajectory(self.cfg),
+            "metrics": self.history,
+        }
+        parts = {"strategy": self.strategy.state_dict(), "sampler": self.sampler.state_dict(), "trainer": (meta, {})}
+        return write_checkpoint(checkpoint_dir, self.generation, parts)
+
+    def restore(self, checkpoint_dir: Path | None) -> int | None:
+        """Continue from the latest complete checkpoint, if any; returns its generation."""
+        latest = latest_checkpoint(checkpoint_dir)
+        if latest is None:
+            return None
+        generation, parts = read_checkpoint(latest)
+        meta = parts["trainer"][0]
+        saved = meta.get("trajectory") or {f"essa.{k}": v for k, v in meta.get("search", {}).items()}
+        changed = changed_trajectory(saved, method_trajectory(self.cfg))
+        if changed:
+            raise ValueError(
+                f"checkpoint {latest} was written with different settings ({', '.join(changed)}); resuming "
+                "would not replay the run. Use a fresh checkpoint directory or restore the settings."
+            )
+        self.strategy.load_state_dict(*parts["strategy"])
+        self.sampler.load_state_dict(*parts["sampler"])
+        self.generation, self.history = generation, meta["metrics"]
+        log.info("ESSA resumes from %s (generation %d)", latest, generation)
+        return generation
+
+    def export(self, out_dir: Path, started: float, resumed_from: int | None) -> TrainResult:
+        """Write the returned point as a peft adapter (out_dir/adapter) and metrics.jsonl; the TrainResult."""
+        adapter_dir = self.svd.export_adapter(self.strategy.result(), out_dir / "adapter", self.tokenizer)
+        with (out_dir / "metrics.jsonl").open("w") as fh:
+            fh.writelines(json.dumps(m) + "\n" for m in self.history)
+        # nothing ran in this call (resumed at the end): report the recorded figure
+        seen = self.bytes_seen or [m["bytes"] for m in self.history if "bytes" in m] or [0]
+        return TrainResult(
+            output_dir=adapter_dir,
+            steps=self.generation,
+            wall_s=round(time.perf_counter() - started, 3),
+            bytes_per_update=float(np.mean(seen)),
+            metrics=self.history,
+            resumed_from=resumed_from,
+            work_by_node=dict(self.work_by_node.most_common()),
+            worker_failures=self.worker_failures,
+        )
 
 
 def train_essa(
@@ -145,129 +251,36 @@ def train_essa(
     sft_adapter: Path,
     out_dir: Path,
     checkpoint_dir: Path | None = None,
-    on_metrics: Callable[[dict], None] | None = None,
-    on_checkpoint: Callable[[Path], None] | None = None,
+    on_metrics=None,
+    on_checkpoint=None,
 ) -> TrainResult:
     """Run ESSA from the SFT adapter; write the tuned adapter to out_dir/"adapter" and return a TrainResult."""
-    e = cfg.essa
-    call_start = time.perf_counter()
-    out_dir = Path(out_dir)
-    model, tok = load_model_with_adapter(cfg.model, sft_adapter)
-    svd = SVDLoRA(model, e.alpha, nonnegative=e.nonnegative)
-    evaluator = TransformersGenerator(model, tok, cfg.sampling.batch_size)
-    strategy = make_strategy(e, svd.dimension)
-    sampler = MinibatchSampler(len(splits.train), e.minibatch, e.seed)
-    metrics: list[dict[str, Any]] = []
-    generation, resumed_from = 0, None
-
-    search = e.model_dump(include=SEARCH_FIELDS)
-    latest = latest_checkpoint(checkpoint_dir)
-    if latest is not None:
-        generation, parts = read_checkpoint(latest)
-        saved = parts["trainer"][0].get("search", {})
-        changed = sorted(k for k in search if saved.get(k) != search[k])
-        if changed:
-            raise ValueError(
-                f"checkpoint {latest} was written with different essa settings ({', '.join(changed)}); resuming "
-                "would not replay the run. Use a fresh checkpoint directory or restore the settings."
-            )
-        strategy.load_state_dict(*parts["strategy"])
-        sampler.load_state_dict(*parts["sampler"])
-        metrics = parts["trainer"][0]["metrics"]
-        resumed_from = generation
-        log.info("ESSA resumes from %s (generation %d)", latest, generation)
-
-    def held_out() -> float:
-        svd.apply(strategy.result())
-        return greedy_accuracy(evaluator, splits.eval, cfg.sampling.max_new_tokens, cfg.eval.reward)
-
-    def checkpoint() -> None:
-        if checkpoint_dir is None:
-            return
-        trainer_meta = {"generation": generation, "dimension": svd.dimension, "search": search, "metrics": metrics}
-        path = write_checkpoint(
-            checkpoint_dir,
-            generation,
-            {"strategy": strategy.state_dict(), "sampler": sampler.state_dict(), "trainer": (trainer_meta, {})},
-        )
-        if on_checkpoint is not None:
-            on_checkpoint(path)
-
-    if generation == 0 and e.eval_every > 0:
-        metrics.append({"generation": 0, "eval_greedy": held_out()})
-        _emit(metrics[-1], on_metrics)
-
-    stopped_early = any(m.get("stopped_early") for m in metrics)
-    population = None
-    bytes_seen: list[int] = []
-    by_node: Counter[str] = Counter()
-    failures = 0
+    started, out_dir, report = time.perf_counter(), Path(out_dir), TrainCallbacks(on_metrics, on_checkpoint)
+    search = Search.start(cfg, splits, sft_adapter)
+    resumed_from = search.restore(checkpoint_dir)
+    if search.generation == 0 and cfg.essa.eval_every > 0:
+        search.history.append({"generation": 0, "eval_greedy": search.held_out()})
+        _report(report, search.history[-1])
+    population = None if search.finished else make_population(cfg, splits, sft_adapter)
     try:
-        if generation < e.generations and not stopped_early:
-            population = _make_population(cfg, splits, sft_adapter)
-            if population.dimension != svd.dimension:
-                raise RuntimeError(f"workers search d={population.dimension}, driver d={svd.dimension}")
-        while generation < e.generations and not stopped_early:
+        if population is not None and population.dimension != search.svd.dimension:
+            raise RuntimeError(f"workers search d={population.dimension}, driver d={search.svd.dimension}")
+        while not search.finished:
             t0 = time.perf_counter()
-            prompt_idx = sampler.next()
-            candidates = strategy.ask()
-            fitness, stats = population.evaluate(candidates, prompt_idx, generation_seed(e.seed, generation))
-            strategy.tell(candidates, fitness)
-            generation += 1
-            wall = time.perf_counter() - t0
-            bytes_seen.append(stats.bytes_total)
-            by_node.update({node[:8]: n for node, n in stats.per_node.items()})
-            failures += stats.worker_failures
-            row: dict[str, Any] = {
-                "generation": generation,
-                "fitness_mean": float(fitness.mean()),
-                "fitness_max": float(fitness.max()),
-                "fitness_min": float(fitness.min()),
-                "sigma": strategy.sigma,
-                "mean_norm": float(np.linalg.norm(strategy.mean)),
-                "wall_s": round(wall, 4),
-                "candidates_per_s": round(len(candidates) / stats.wall_s, 2),
-                "bytes_sent": stats.bytes_sent,
-                "bytes_received": stats.bytes_received,
-                "bytes": stats.bytes_total,
-                "redispatched": stats.redispatched,
-                "worker_failures": stats.worker_failures,
-                "nodes_active": len(stats.per_node),
-                "per_worker": stats.per_worker,
-                "per_node": {node[:8]: n for node, n in stats.per_node.items()},
-            }
-            if e.eval_every > 0 and (generation % e.eval_every == 0 or generation == e.generations):
-                row["eval_greedy"] = held_out()
-                if e.target_accuracy is not None and row["eval_greedy"] >= e.target_accuracy:
-                    row["stopped_early"] = stopped_early = True
-            metrics.append(row)
-            _emit(row, on_metrics)
-            last = generation == e.generations or stopped_early
-            if last or (e.checkpoint_every > 0 and generation % e.checkpoint_every == 0):
-                checkpoint()
+            prompts = search.sampler.next()
+            candidates = search.strategy.ask()
+            fitness, stats = population.evaluate(candidates, prompts, generation_seed(cfg.essa.seed, search.generation))
+            search.strategy.tell(candidates, fitness)
+            search.generation += 1
+            _report(report, search.record(fitness, stats, time.perf_counter() - t0))
+            if checkpoint_dir is not None and search.checkpoint_due():
+                report.checkpoint(search.save(checkpoint_dir))
     finally:
         if population is not None:
             population.close()
-
-    final = strategy.result()
-    adapter_dir = svd.export_adapter(final, out_dir / "adapter", tok)
-    with (out_dir / "metrics.jsonl").open("w") as fh:
-        fh.writelines(json.dumps(m) + "\n" for m in metrics)
-    if not bytes_seen:  # nothing ran in this call (resumed at the end): report the recorded figure
-        bytes_seen = [m["bytes"] for m in metrics if "bytes" in m] or [0]
-    return TrainResult(
-        adapter_dir=adapter_dir,
-        steps=generation,
-        wall_s=round(time.perf_counter() - call_start, 3),
-        bytes_per_update=float(np.mean(bytes_seen)),
-        metrics=metrics,
-        resumed_from=resumed_from,
-        work_by_node=dict(by_node.most_common()),
-        worker_failures=failures,
-    )
+    return search.export(out_dir, started, resumed_from)
 
 
-def _emit(row: dict[str, Any], on_metrics: Callable[[dict], None] | None) -> None:
+def _report(report: TrainCallbacks, row: dict[str, Any]) -> None:
     log.info("essa %s", row)
-    if on_metrics is not None:
-        on_metrics(row)
+    report.metrics(row)

@@ -1,4 +1,4 @@
-"""Ray Train launch of the GRPO loop: `cfg.grpo.workers` DDP workers (gloo on CPU, NCCL on GPU).
+"""Ray Train launch of the GRPO loop: `cfg.grpo.workers.count` DDP workers (gloo on CPU, NCCL on GPU).
 
 Every worker runs `trainer.run_worker` on its own strided share of the prompt groups (a group never spans
 workers); torch.distributed is set up by Ray Train's TorchTrainer. Rank 0's reports (metrics, checkpoints, the
@@ -6,9 +6,9 @@ final summary) travel to the driver through a Ray queue while `fit()` runs in a 
 driver's `on_metrics` / `on_checkpoint` see them live. A driver callback that raises stops the relay and is
 re-raised once the workers have finished (in-process runs raise at once).
 
-Placement and failures: one bundle per worker (`grpo.worker_cpus`, plus one whole GPU on CUDA) placed by
-`grpo.placement_strategy`; the request is checked against the cluster first (ClusterCapacityError, not a hang).
-When a worker or its node dies, Ray Train restarts the worker group (`grpo.max_failures` times) and every rank
+Placement and failures: one bundle per worker (`grpo.workers.cpus`, plus one whole GPU on CUDA) placed by
+`grpo.workers.placement_strategy`; the request is checked against the cluster first (ClusterCapacityError, not a hang).
+When a worker or its node dies, Ray Train restarts the worker group (`grpo.workers.max_restarts` times) and every rank
 resumes from the latest complete checkpoint in `checkpoint_dir`, so on a multi-node cluster that directory must
 be on storage all nodes share (the pipeline's train task also syncs each checkpoint to S3 for task retries).
 
@@ -30,7 +30,7 @@ from essaflow.data import Splits
 from essaflow.data.schema import Problem
 from essaflow.grpo.advantages import ADVANTAGES
 from essaflow.grpo.losses import LOSSES
-from essaflow.grpo.trainer import Emit, WorkerInfo, run_worker
+from essaflow.grpo.worker import Emit, RankStarted, WorkerEvent, WorkerInfo, run_worker
 from essaflow.rewards import REWARDS
 from essaflow.training_cluster import check_fits, grpo_request
 
@@ -53,11 +53,11 @@ def _ray_worker_entry(config: dict) -> None:
     info = WorkerInfo(ctx.get_world_rank(), ctx.get_world_size(), ray.train.torch.get_device())
     queue = config["queue"]
     # every rank says where it runs (again after a restart): the driver counts restarts and nodes from these
-    queue.put(("worker", {"rank": info.rank, "world_size": info.world_size, "node": cluster.node_id()}))
+    queue.put(RankStarted(info.rank, info.world_size, cluster.node_id()))
 
-    def emit(kind: str, payload: Any) -> None:
+    def emit(event: WorkerEvent) -> None:
         if info.rank == 0:
-            queue.put((kind, payload))
+            queue.put(event)
 
     run_worker(
         cfg,
@@ -72,7 +72,7 @@ def _ray_worker_entry(config: dict) -> None:
 
 
 def run_on_ray(cfg: PipelineConfig, splits: Splits, start: Path, out_dir: Path, ckpt_dir: Path | None, emit: Emit):
-    """Launch `cfg.grpo.workers` Ray Train DDP workers and relay rank 0's reports to `emit` as they arrive."""
+    """Launch `cfg.grpo.workers.count` Ray Train DDP workers and relay rank 0's reports to `emit` as they arrive."""
     import ray
     from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
@@ -117,7 +117,7 @@ def run_on_ray(cfg: PipelineConfig, splits: Splits, start: Path, out_dir: Path, 
             name=f"grpo-{int(time.time() * 1000)}",
             storage_path=str(out_dir.resolve() / "ray"),
             # a lost worker or node restarts the whole group, which resumes from checkpoint_dir (run_worker)
-            failure_config=FailureConfig(max_failures=g.max_failures),
+            failure_config=FailureConfig(max_failures=g.workers.max_restarts),
         ),
     )
     outcome: dict[str, Any] = {}
@@ -134,14 +134,14 @@ def run_on_ray(cfg: PipelineConfig, splits: Splits, start: Path, out_dir: Path, 
     while True:
         alive = thread.is_alive()
         try:
-            kind, payload = queue.get(timeout=0.2)
+            event = queue.get(timeout=0.2)
         except Empty:
             if not alive:
                 break
             continue
         if callback_error is None:
             try:
-                emit(kind, payload)
+                emit(event)
             except BaseException as err:  # Ray mode: a driver callback error surfaces once the workers stop
                 callback_error = err
     thread.join()

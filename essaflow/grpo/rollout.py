@@ -25,6 +25,7 @@ from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList,
 
 from essaflow.data.schema import Problem
 from essaflow.grpo.advantages import group_advantages
+from essaflow.grpo.config import GRPOConfig
 from essaflow.rewards import get_reward
 
 _M32 = 0xFFFFFFFF
@@ -196,38 +197,17 @@ def overlong_penalty(lengths: torch.Tensor, max_len: int, buffer: int) -> torch.
     return torch.where(lengths <= free, torch.zeros_like(pen), pen.clamp(min=-1.0))
 
 
-@dataclass(frozen=True)
-class RolloutSettings:
-    """The rollout-side knobs of GRPOConfig, resolved (see essaflow.config.GRPOConfig for each field's meaning)."""
-
-    group_size: int
-    temperature: float
-    top_p: float
-    max_new_tokens: int
-    reward: str
-    advantage: str
-    std_mode: str
-    adv_eps: float
-    gamma: float
-    dynamic_sampling: bool = False
-    dynamic_sampling_rounds: int = 3
-    overlong_buffer: int = 0
-    overlong_penalty: float = 1.0
-    overlong_filter: bool = False
-    seed: int = 0
-
-
-def _draw_groups(model, tokenizer, problems, keys, s: RolloutSettings) -> tuple[_Draw, torch.Tensor, torch.Tensor]:
+def _draw_groups(model, tokenizer, problems, keys, s: GRPOConfig, reward: str, max_new_tokens: int):
     """Sample G per problem; returns the draw and [groups, G] correctness and shaped rewards."""
     g = s.group_size
     prompts = [p.prompt for p in problems for _ in range(g)]
     row_keys = hash_keys(keys[:, None], torch.arange(g)[None, :]).reshape(-1)
-    draw = sample(model, tokenizer, prompts, row_keys, s.temperature, s.top_p, s.max_new_tokens)
-    fn = get_reward(s.reward)
+    draw = sample(model, tokenizer, prompts, row_keys, s.temperature, s.top_p, max_new_tokens)
+    fn = get_reward(reward)
     answers = [p.answer for p in problems for _ in range(g)]
     correct = torch.tensor([fn(t, a) for t, a in zip(draw.texts, answers)], dtype=torch.float32)
     lengths = draw.completion_mask.sum(dim=1)
-    shaped = correct + s.overlong_penalty * overlong_penalty(lengths, s.max_new_tokens, s.overlong_buffer)
+    shaped = correct + s.overlong_penalty * overlong_penalty(lengths, max_new_tokens, s.overlong_buffer)
     return draw, correct.view(-1, g), shaped.view(-1, g)
 
 
@@ -237,10 +217,14 @@ def collect(
     train: list[Problem],
     slots: list[int],
     step: int,
-    prompts_per_step: int,
-    s: RolloutSettings,
+    s: GRPOConfig,
+    reward: str,
+    max_new_tokens: int,
 ) -> RolloutBatch:
     """This worker's groups for `step`: sample, reward, (dynamic sampling), focal-weighted advantages.
+
+    `s` is the run's grpo section; `reward` names the verifier (eval.reward) and `max_new_tokens` is the resolved
+    completion cap (grpo.max_new_tokens, else sampling.max_new_tokens).
 
     Dynamic sampling (DAPO sec. 3.2), when on, retries each zero-variance group with another problem for that
     slot, up to `dynamic_sampling_rounds` times. Groups still uniform afterwards are kept with zero advantage
@@ -248,10 +232,12 @@ def collect(
     DDP in lock-step. This changes the mu_hat distribution the focal weight sees (papers.md 6.2.2).
     """
     start = time.perf_counter()
-    index = step_prompt_indices(step, prompts_per_step, len(train), s.seed)
+    index = step_prompt_indices(step, s.prompts_per_step, len(train), s.seed)
     problems = [train[index[j]] for j in slots]
     slot_t = torch.tensor(slots, dtype=torch.int64)
-    draw, correct, rewards = _draw_groups(model, tokenizer, problems, hash_keys(s.seed, step, slot_t, 0), s)
+    draw, correct, rewards = _draw_groups(
+        model, tokenizer, problems, hash_keys(s.seed, step, slot_t, 0), s, reward, max_new_tokens
+    )
     g = s.group_size
     uniform_first = rewards.amax(1) == rewards.amin(1)
     parts = {
@@ -271,7 +257,7 @@ def collect(
             retried += len(todo)
             alt = [train[replacement_index(s.seed, step, slots[i], round_, len(train))] for i in todo]
             keys = hash_keys(s.seed, step, slot_t[todo], round_)
-            d2, c2, r2 = _draw_groups(model, tokenizer, alt, keys, s)
+            d2, c2, r2 = _draw_groups(model, tokenizer, alt, keys, s, reward, max_new_tokens)
             parts["prompt_ids"].append(d2.prompt_ids)
             parts["prompt_mask"].append(d2.prompt_mask)
             parts["completion"].append(d2.completion_ids)

@@ -65,14 +65,14 @@ def test_two_workers_give_the_same_result_as_one_and_as_in_process(tiny, tmp_pat
     cfg, splits, adapter = tiny
     finals, histories = {}, {}
     for label, overrides in {
-        "ray-1": {"workers": 1},
-        "ray-2": {"workers": 2},
+        "ray-1": {"workers": cfg.essa.workers.model_copy(update={"count": 1})},
+        "ray-2": {"workers": cfg.essa.workers.model_copy(update={"count": 2})},
         "local": {"backend": "local"},
     }.items():
         run = cfg.model_copy(deep=True)
         run.essa = run.essa.model_copy(update={"generations": 3, "eval_every": 0, **overrides})
         result = train_essa(run, splits, adapter, tmp_path / label)
-        finals[label] = np.load(result.adapter_dir / "essa_offsets.npy")
+        finals[label] = np.load(result.output_dir / "essa_offsets.npy")
         histories[label] = [m["fitness_mean"] for m in result.metrics if "fitness_mean" in m]
         if label == "ray-2":
             assert all(min(m["per_worker"]) > 0 for m in result.metrics), "both workers took candidates"
@@ -158,7 +158,7 @@ def test_short_run_raises_held_out_reward_on_the_tiny_model(tmp_path):
         [
             "sft.steps=150",
             "data.eval_size=128",
-            "essa.workers=2",
+            "essa.workers.count=2",
             "essa.generations=30",
             "essa.population=16",
             "essa.minibatch=64",
@@ -178,6 +178,6 @@ def test_short_run_raises_held_out_reward_on_the_tiny_model(tmp_path):
     scorer = CandidateScorer(held_out)
     everything = np.arange(len(splits.eval))
     before = scorer.score(0, np.zeros(scorer.ready()[0], np.float32), everything, 0)[1]
-    after = scorer.score(0, np.load(result.adapter_dir / "essa_offsets.npy").astype(np.float32), everything, 0)[1]
+    after = scorer.score(0, np.load(result.output_dir / "essa_offsets.npy").astype(np.float32), everything, 0)[1]
     print(f"held-out expected reward (pass@1 at T=1) {before:.4f} -> {after:.4f}")
     assert after > before + 0.005, f"held-out expected reward {before:.4f} -> {after:.4f}"

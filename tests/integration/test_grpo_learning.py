@@ -26,7 +26,7 @@ def test_grpo_raises_held_out_reward_on_the_tiny_model(tmp_path):
     eval_cfg = EvalConfig(samples_per_problem=8, ks=[1, 8])
     before = evaluate_adapter(cfg.model, start, splits.eval, eval_cfg, cfg.sampling)
     result = train_grpo(cfg, splits, start, tmp_path / "out")
-    after = evaluate_adapter(cfg.model, result.adapter_dir, splits.eval, eval_cfg, cfg.sampling)
+    after = evaluate_adapter(cfg.model, result.output_dir, splits.eval, eval_cfg, cfg.sampling)
     print("before", before.summary(), "after", after.summary())
     assert after.pass_at_k["1"] >= before.pass_at_k["1"] + 0.02
     assert after.greedy > before.greedy

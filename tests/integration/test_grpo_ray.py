@@ -41,12 +41,13 @@ def test_two_ray_workers_make_the_same_update_as_one(local_ray, tmp_path, monkey
     cfg, splits, start = make_tiny(tmp_path / "tiny", overrides)
     one = train_grpo(cfg, splits, start, tmp_path / "one")
 
-    two_cfg = cfg.model_copy(update={"grpo": cfg.grpo.model_copy(update={"workers": 2})})
+    two_workers = cfg.grpo.workers.model_copy(update={"count": 2})
+    two_cfg = cfg.model_copy(update={"grpo": cfg.grpo.model_copy(update={"workers": two_workers})})
     seen_metrics, seen_ckpt = [], []
     monkeypatch.chdir(tmp_path)  # relative paths must mean the driver's directory, not the workers'
     two = train_grpo(two_cfg, splits, start, Path("two"), Path("two-ckpt"), seen_metrics.append, seen_ckpt.append)
 
-    a, b, s = (load_file(str(d / "adapter_model.safetensors")) for d in (one.adapter_dir, two.adapter_dir, start))
+    a, b, s = (load_file(str(d / "adapter_model.safetensors")) for d in (one.output_dir, two.output_dir, start))
     moved = max(float((a[k] - s[k]).abs().max()) for k in a)
     diff = max(float((a[k] - b[k]).abs().max()) for k in a)
     assert moved > 1e-3 and diff < 1e-4 * max(moved, 1.0), (moved, diff)
@@ -71,7 +72,7 @@ def test_workers_the_cluster_cannot_hold_fail_before_training_starts(local_ray, 
 
     from essaflow.cluster import ClusterCapacityError
 
-    cfg, splits, start = make_tiny(tmp_path / "tiny", ["grpo.workers=4", "grpo.steps=1"])
+    cfg, splits, start = make_tiny(tmp_path / "tiny", ["grpo.workers.count=4", "grpo.steps=1"])
     t0 = time.monotonic()
     with pytest.raises(ClusterCapacityError, match=r"4 workers x \{CPU: 1, GPU: 0\} \(PACK\): at most 2 fit"):
         train_grpo(cfg, splits, start, tmp_path / "out", tmp_path / "ckpt")

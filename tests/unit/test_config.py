@@ -19,11 +19,11 @@ CONFIGS = Path(__file__).resolve().parents[2] / "configs"
         ("grpo.loss=ppo2", "grpo.loss"),
         ("essa.populaton=48", "essa.populaton"),
         ("data.synthetic.min_digits=4", "data.synthetic"),
-        ("essa.worker_cpus=1.5", "essa.worker_cpus"),
-        ("essa.worker_gpus=2.5", "essa.worker_gpus"),
-        ("grpo.worker_cpus=0", "grpo.worker_cpus"),
-        ("essa.placement_strategy=RANDOM", "essa.placement_strategy"),
-        ("grpo.max_failures=-2", "grpo.max_failures"),
+        ("essa.workers.cpus=1.5", "essa.workers.cpus"),
+        ("essa.workers.gpus=2.5", "essa.workers.gpus"),
+        ("grpo.workers.cpus=0", "grpo.workers.cpus"),
+        ("essa.workers.placement_strategy=RANDOM", "essa.workers.placement_strategy"),
+        ("grpo.workers.max_restarts=-2", "grpo.workers.max_restarts"),
         ("model.device=tpu", "model.device"),
     ],
 )
@@ -62,7 +62,40 @@ def test_every_field_is_documented():
 
 
 def test_cluster_settings_parse():
-    cfg = load_config(None, ["ray_address=10.0.0.5:6379", "essa.worker_gpus=0.25", "grpo.placement_strategy=SPREAD"])
-    assert cfg.ray_address == "10.0.0.5:6379" and cfg.essa.worker_gpus == 0.25
-    assert cfg.grpo.placement_strategy == "SPREAD" and cfg.grpo.max_failures == 2
-    assert PipelineConfig().essa.worker_gpus is None  # auto: whole GPUs when the cluster has them
+    overrides = ["ray_address=10.0.0.5:6379", "essa.workers.gpus=0.25", "grpo.workers.placement_strategy=SPREAD"]
+    cfg = load_config(None, overrides)
+    assert cfg.ray_address == "10.0.0.5:6379" and cfg.essa.workers.gpus == 0.25
+    assert cfg.grpo.workers.placement_strategy == "SPREAD" and cfg.grpo.workers.max_restarts == 2
+    assert PipelineConfig().essa.workers.gpus is None  # auto: whole GPUs when the cluster has them
+
+
+def test_old_worker_keys_still_load_with_one_deprecation_line_each(caplog):
+    old = ["essa.workers=3", "essa.worker_cpus=0.5", "grpo.max_failures=5", "grpo.placement_strategy=SPREAD"]
+    with caplog.at_level("WARNING", logger="essaflow.config"):
+        cfg = load_config(None, old)
+    assert (cfg.essa.workers.count, cfg.essa.workers.cpus) == (3, 0.5)
+    assert (cfg.grpo.workers.max_restarts, cfg.grpo.workers.placement_strategy) == (5, "SPREAD")
+    lines = [r.getMessage() for r in caplog.records]
+    assert "config: essa.worker_cpus is deprecated, write essa.workers.cpus" in lines and len(lines) == 4
+    with pytest.raises(ConfigError, match="essa.worker_cpus and essa.workers.cpus both given"):
+        load_config(None, ["essa.worker_cpus=0.5", "essa.workers.cpus=1"])
+
+
+def test_each_method_keeps_its_own_worker_defaults():
+    cfg = load_config(None, ["essa.workers.count=2", "grpo.workers.count=2"])
+    assert cfg.essa.workers.placement_strategy == "SPREAD" and cfg.essa.workers.max_restarts == 3
+    assert cfg.grpo.workers.placement_strategy == "PACK" and cfg.grpo.workers.max_restarts == 2
+    with pytest.raises(ConfigError, match="grpo.*workers.gpus"):
+        load_config(None, ["grpo.workers.gpus=1"])
+
+
+def test_trajectory_marks_select_what_a_resume_depends_on():
+    from essaflow.config import method_trajectory
+
+    essa = method_trajectory(load_config(None, ["method=essa"]))
+    assert {"essa.sigma0", "essa.seed", "essa.fitness", "sampling.max_new_tokens", "eval.reward"} <= set(essa)
+    assert not {"essa.generations", "essa.workers.count", "essa.eval_every"} & set(essa)
+    assert not any(k.startswith("grpo.") for k in essa)
+    grpo = method_trajectory(load_config(None, ["method=fgrpo"]))
+    assert {"grpo.gamma", "grpo.lr", "grpo.loss", "grpo.seed"} <= set(grpo)
+    assert not {"grpo.steps", "grpo.workers.count", "grpo.checkpoint_every"} & set(grpo)

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from essaflow.essa.checkpoint import latest_checkpoint
-from essaflow.essa.trainer import MinibatchSampler, train_essa
+from essaflow.essa.minibatch import MinibatchSampler
+from essaflow.essa.trainer import train_essa
 from tests.unit.essa_tiny import make_tiny
 
 
@@ -40,7 +41,7 @@ def test_sampler_state_round_trips():
 def test_kill_and_resume_equals_uninterrupted_bitwise(tmp_path, strategy):
     cfg, splits, adapter = make_tiny(tmp_path, [f"essa.strategy={strategy}", "essa.generations=6"])
     straight = train_essa(cfg, splits, adapter, tmp_path / "straight")
-    offsets = np.load(straight.adapter_dir / "essa_offsets.npy")
+    offsets = np.load(straight.output_dir / "essa_offsets.npy")
     assert np.any(offsets != 0), "the search moved"
 
     def kill_at_5(row):
@@ -57,12 +58,12 @@ def test_kill_and_resume_equals_uninterrupted_bitwise(tmp_path, strategy):
 
     changed = cfg.model_copy(deep=True)
     changed.essa.sigma0 = 0.7
-    with pytest.raises(ValueError, match="sigma0"):  # a checkpoint only resumes the run that wrote it
+    with pytest.raises(ValueError, match=r"different settings \(essa.sigma0\)"):  # only the run that wrote it
         train_essa(changed, splits, adapter, tmp_path / "run", ckpt)
 
     resumed = train_essa(cfg, splits, adapter, tmp_path / "run", ckpt)
     assert resumed.resumed_from == 4 and resumed.steps == 6
-    assert np.array_equal(np.load(resumed.adapter_dir / "essa_offsets.npy"), offsets)
+    assert np.array_equal(np.load(resumed.output_dir / "essa_offsets.npy"), offsets)
     keep = ("generation", "fitness_mean", "fitness_max", "sigma", "mean_norm", "eval_greedy")
     strip = [{k: m[k] for k in keep if k in m} for m in straight.metrics]
     assert [{k: m[k] for k in keep if k in m} for m in resumed.metrics] == strip, "same history, metric by metric"
@@ -71,8 +72,8 @@ def test_kill_and_resume_equals_uninterrupted_bitwise(tmp_path, strategy):
 def test_training_writes_a_peft_adapter_and_metrics(tmp_path):
     cfg, splits, adapter = make_tiny(tmp_path, ["essa.generations=2", "essa.eval_every=1"])
     result = train_essa(cfg, splits, adapter, tmp_path / "out")
-    assert result.adapter_dir == tmp_path / "out" / "adapter"
-    assert (result.adapter_dir / "adapter_model.safetensors").exists()
+    assert result.output_dir == tmp_path / "out" / "adapter"
+    assert (result.output_dir / "adapter_model.safetensors").exists()
     gens = [m for m in result.metrics if "fitness_mean" in m]
     assert len(gens) == 2 and all(m["bytes"] > 0 and m["candidates_per_s"] > 0 for m in gens)
     assert [m["generation"] for m in result.metrics if "eval_greedy" in m] == [0, 1, 2]

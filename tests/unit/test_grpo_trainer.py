@@ -9,7 +9,8 @@ from safetensors.torch import load_file
 
 from essaflow.grpo import checkpoint as ckpt
 from essaflow.grpo.rollout import collect, step_prompt_indices, worker_slots
-from essaflow.grpo.trainer import _settings, build_policy, train_grpo
+from essaflow.grpo.trainer import train_grpo
+from essaflow.grpo.worker import build_policy
 from essaflow.models import load_tokenizer
 from tests.unit.grpo_tiny import make_tiny
 
@@ -36,7 +37,7 @@ def tiny(tmp_path_factory):
 def test_every_trainable_parameter_changes_after_a_step(tiny, tmp_path, loss):
     cfg, splits, start = make_tiny(tiny, [f"grpo.loss={loss}", "grpo.steps=1"])
     result = train_grpo(cfg, splits, start, tmp_path)
-    before, after = _weights(start), _weights(result.adapter_dir)
+    before, after = _weights(start), _weights(result.output_dir)
     assert before.keys() == after.keys() and len(after) == 2 * 4 * 2  # A, B x q,k,v,o x 2 layers
     assert result.metrics[0]["zero_variance_share"] < 1.0
     unchanged = [k for k in before if torch.equal(before[k], after[k])]
@@ -44,14 +45,14 @@ def test_every_trainable_parameter_changes_after_a_step(tiny, tmp_path, loss):
     m = result.metrics[0]
     assert m["clip_frac_low"] == m["clip_frac_high"] == 0.0  # on-policy: r = 1 exactly
     assert result.bytes_per_update == 0  # one process: nothing all-reduced
-    assert (result.adapter_dir / "adapter_config.json").exists()
+    assert (result.output_dir / "adapter_config.json").exists()
 
 
 def test_full_parameter_mode_trains_every_weight(tiny, tmp_path):
     cfg, splits, start = make_tiny(tiny, ["grpo.parameters=full", "grpo.steps=1", "grpo.lr=1e-3"])
     result = train_grpo(cfg, splits, start, tmp_path)
     merged = build_policy(make_tiny(tiny)[0], start, None, torch.device("cpu")).merge_and_unload().state_dict()
-    after = load_file(str(result.adapter_dir / "model.safetensors"))
+    after = load_file(str(result.output_dir / "model.safetensors"))
     changed = [k for k in after if not torch.equal(after[k], merged[k])]
     assert len(changed) >= len(after) - 1  # every weight (tied embeddings saved once)
 
@@ -70,10 +71,13 @@ def test_resume_is_exact(tiny, tmp_path):
     seen = []
     with pytest.raises(Crash):
         train_grpo(cfg, splits, start, tmp_path / "b", tmp_path / "b-ckpt", on_metrics=crash_at_3)
+    changed = cfg.model_copy(update={"grpo": cfg.grpo.model_copy(update={"gamma": 0.25})})
+    with pytest.raises(ValueError, match=r"different settings \(grpo.gamma\)"):  # only the run that wrote it
+        train_grpo(changed, splits, start, tmp_path / "b", tmp_path / "b-ckpt")
     resumed = train_grpo(cfg, splits, start, tmp_path / "b", tmp_path / "b-ckpt", on_checkpoint=seen.append)
     assert resumed.resumed_from == 2 and resumed.steps == 4
     assert [p.name for p in seen] == ["4"]
-    a, b = _weights(full.adapter_dir), _weights(resumed.adapter_dir)
+    a, b = _weights(full.output_dir), _weights(resumed.output_dir)
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert _same_metrics(full.metrics, resumed.metrics) and len(resumed.metrics) == 4
 
@@ -99,9 +103,10 @@ def test_rollouts_are_the_same_however_groups_are_split_over_workers(tiny):
     cfg, splits, start = make_tiny(tiny)
     model = build_policy(cfg, start, None, torch.device("cpu"))
     tok = load_tokenizer(cfg.model)
-    s = _settings(cfg)
-    whole = collect(model, tok, splits.train, worker_slots(8, 1, 0), 3, 8, s)
-    halves = [collect(model, tok, splits.train, worker_slots(8, 2, r), 3, 8, s) for r in (0, 1)]
+    s = cfg.grpo.model_copy(update={"prompts_per_step": 8})
+    args = (3, s, cfg.eval.reward, cfg.sampling.max_new_tokens)
+    whole = collect(model, tok, splits.train, worker_slots(8, 1, 0), *args)
+    halves = [collect(model, tok, splits.train, worker_slots(8, 2, r), *args) for r in (0, 1)]
     g = s.group_size
     for half in halves:
         for i, slot in enumerate(half.slots):
@@ -116,7 +121,7 @@ def test_micro_batches_accumulate_to_the_same_update(tiny, tmp_path):
     whole = train_grpo(cfg, splits, start, tmp_path / "whole")
     micro_cfg = cfg.model_copy(update={"grpo": cfg.grpo.model_copy(update={"micro_batch_size": 8})})
     micro = train_grpo(micro_cfg, splits, start, tmp_path / "micro")
-    a, b = _weights(whole.adapter_dir), _weights(micro.adapter_dir)
+    a, b = _weights(whole.output_dir), _weights(micro.output_dir)
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
 
 

@@ -241,7 +241,7 @@ def test_rayjob_manifest_has_the_crd_fields_and_a_runnable_entrypoint():
     assert argv[:2] == ["essaflow", "run"]
     ctx = typer.main.get_command(app).commands["run"].make_context("run", argv[2:])  # the CLI accepts the options
     cfg = load_config(REPO / ctx.params["config"], ctx.params["set_"])
-    assert cfg.essa.workers == 16 and cfg.essa.worker_gpus == 1  # one population worker per GPU of 2 x 8
+    assert cfg.essa.workers.count == 16 and cfg.essa.workers.gpus == 1  # one population worker per GPU of 2 x 8
 
 
 # ------------------------------------------------------------------------------------- Prefect Kubernetes work pool

@@ -11,20 +11,22 @@ def cfg(*overrides: str):
 
 
 def test_essa_workers_take_whole_gpus_only_where_the_cluster_has_them():
-    c = cfg("method=essa", "essa.workers=16")
+    c = cfg("method=essa", "essa.workers.count=16")
     assert training_request(c, cluster_has_gpus=True) == TrainingRequest(16, 1.0, 1.0, "SPREAD")
     assert training_request(c, cluster_has_gpus=False) == TrainingRequest(16, 1.0, 0.0, "SPREAD")
-    packed = cfg("method=essa", "essa.workers=8", "essa.worker_gpus=0.25", "essa.placement_strategy=PACK")
+    packed = cfg(
+        "method=essa", "essa.workers.count=8", "essa.workers.gpus=0.25", "essa.workers.placement_strategy=PACK"
+    )
     assert training_request(packed, cluster_has_gpus=True) == TrainingRequest(8, 1.0, 0.25, "PACK")
     assert str(training_request(packed, True)) == "8 x {CPU: 1, GPU: 0.25} (PACK)"
     assert training_request(cfg("method=essa", "essa.backend=local"), True) is None
 
 
 def test_grpo_ranks_follow_the_device_setting():
-    c = cfg("method=fgrpo", "grpo.workers=4", "grpo.prompts_per_step=32")
+    c = cfg("method=fgrpo", "grpo.workers.count=4", "grpo.prompts_per_step=32")
     assert training_request(c, cluster_has_gpus=True) == TrainingRequest(4, 1.0, 1.0, "PACK")
     assert training_request(c, cluster_has_gpus=False).gpus == 0.0
-    cpu = cfg("method=fgrpo", "grpo.workers=4", "grpo.device=cpu")
+    cpu = cfg("method=fgrpo", "grpo.workers.count=4", "grpo.device=cpu")
     assert training_request(cpu, cluster_has_gpus=True).gpus == 0.0
     assert training_request(cfg("method=fgrpo"), True) is None  # one worker runs in process
     assert training_request(cfg("method=fgrpo", "grpo.ray_for_single_worker=true"), False).workers == 1
@@ -43,5 +45,5 @@ def test_only_a_joined_cluster_is_checked(monkeypatch):
 @pytest.mark.parametrize("method", ["essa", "fgrpo"])
 def test_preflight_is_skipped_when_training_needs_no_ray(method, monkeypatch):
     monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")  # nothing listens: a connect attempt would fail
-    extra = "essa.backend=local" if method == "essa" else "grpo.workers=1"
+    extra = "essa.backend=local" if method == "essa" else "grpo.workers.count=1"
     assert check_training_fits(cfg(f"method={method}", extra)) is None

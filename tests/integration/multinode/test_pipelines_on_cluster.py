@@ -9,7 +9,7 @@ raylet, agents and workers) after a few were written; the run must still complet
 
 - ESSA re-dispatches the lost worker's candidates to the live one; Ray re-places the lost placement-group bundle
   on the head, where the restarted worker rejoins (unless the search ends first, which the pool logs).
-- F-GRPO's Ray Train worker group fails as a whole; Ray Train restarts it (grpo.max_failures) and every rank
+- F-GRPO's Ray Train worker group fails as a whole; Ray Train restarts it (grpo.workers.max_restarts) and every rank
   resumes from the latest checkpoint.
 """
 
@@ -32,9 +32,11 @@ from tests.integration.pipeline_support import REPO, leaks, tiny
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(480)]
 
-ON_TWO_NODES = {"workers": 2, "worker_cpus": 0.5, "placement_strategy": "SPREAD", "checkpoint_every": 2}
-ESSA = {"population": 8, "generations": 40, "minibatch": 16, "eval_every": 0, **ON_TWO_NODES}
-GRPO = {"steps": 16, "group_size": 4, "prompts_per_step": 4, "eval_every": 0, "max_failures": 2, **ON_TWO_NODES}
+TWO_NODES = {"count": 2, "cpus": 0.5, "placement_strategy": "SPREAD"}
+ESSA = {"population": 8, "generations": 40, "minibatch": 16, "eval_every": 0, "checkpoint_every": 2}
+ESSA["workers"] = TWO_NODES
+GRPO = {"steps": 16, "group_size": 4, "prompts_per_step": 4, "eval_every": 0, "checkpoint_every": 2}
+GRPO["workers"] = {**TWO_NODES, "max_restarts": 2}
 
 
 def _checkpoints(cache: Path) -> list[int]:
@@ -148,7 +150,8 @@ def test_fgrpo_pipeline_trains_on_both_nodes_and_resumes_after_losing_one(pipeli
 
 def test_a_run_asking_more_than_the_cluster_holds_fails_before_any_compute(pipeline_stack, two_nodes, tmp_path):
     cache = tmp_path / "cache"
-    config = tiny(name="multinode-too-big", method="essa", essa={**ESSA, "workers": 3, "worker_cpus": 1})
+    too_big = {**TWO_NODES, "count": 3, "cpus": 1}
+    config = tiny(name="multinode-too-big", method="essa", essa={**ESSA, "workers": too_big})
     (tmp_path / "run.yaml").write_text(yaml.safe_dump(config))
     env = pipeline_stack.subprocess_env(
         RAY_ADDRESS=two_nodes.cluster.address, ESSAFLOW_CACHE_DIR=str(cache), **two_nodes.cluster.auth_env
@@ -184,7 +187,7 @@ def test_a_run_asking_more_than_the_cluster_holds_fails_before_any_compute(pipel
 
     refused = check()
     assert refused.returncode == 1 and "at most 2 fit" in refused.stderr, refused.stderr[-2000:]
-    fits = check("essa.workers=2", "essa.worker_cpus=0.5")
+    fits = check("essa.workers.count=2", "essa.workers.cpus=0.5")
     assert fits.returncode == 0, fits.stderr[-2000:]
     assert "training workers fit: 2 x {CPU: 0.5, GPU: 0} (SPREAD)" in fits.stderr
-    assert fits.stderr.count("node ") == 2 and json.loads(fits.stdout)["essa"]["workers"] == 2
+    assert fits.stderr.count("node ") == 2 and json.loads(fits.stdout)["essa"]["workers"]["count"] == 2

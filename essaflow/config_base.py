@@ -1,0 +1,96 @@
+"""What every config shares: strict pydantic models, one error type, trajectory marks and renamed keys.
+
+Each stage's config lives beside the code it configures (`essa/config.py`, `grpo/config.py`, `data/config.py`,
+`models.py`, ...); `config.py` composes them into the pipeline config. This module holds only the pieces they
+all use, so no config module imports another stage's code.
+
+- **Trajectory marks.** A field declared with :func:`trajectory` changes what a training run computes, so a
+  checkpoint written under one value must not be resumed under another. :func:`trajectory_values` collects the
+  marked fields of a config tree as dotted keys; checkpoints store them and the resume check compares them.
+- **Renamed keys.** :func:`renamed_keys` lets a config accept a key's old spelling with a one-line deprecation
+  message, so presets written before a move keep working.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+log = logging.getLogger("essaflow.config")
+
+_TRAJECTORY = "trajectory"
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot run; the message names the offending field."""
+
+
+class StrictConfig(BaseModel):
+    """Unknown keys are rejected, assignments validated, field docstrings kept as descriptions (UI form)."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_assignment=True)
+
+
+def trajectory(default: Any, **kwargs: Any) -> Any:
+    """A pydantic Field whose value a checkpoint's trajectory depends on (see :func:`trajectory_values`)."""
+    return Field(default, json_schema_extra={_TRAJECTORY: True}, **kwargs)
+
+
+def is_trajectory_field(model: type[BaseModel], name: str) -> bool:
+    extra = model.model_fields[name].json_schema_extra
+    return isinstance(extra, dict) and bool(extra.get(_TRAJECTORY))
+
+
+def trajectory_values(config: BaseModel, prefix: str = "") -> dict[str, Any]:
+    """Every trajectory-marked field of `config` and its sub-configs, as {dotted key: JSON value}."""
+    out: dict[str, Any] = {}
+    for name in type(config).model_fields:
+        value = getattr(config, name)
+        key = f"{prefix}{name}"
+        if isinstance(value, BaseModel):
+            out.update(trajectory_values(value, key + "."))
+        elif is_trajectory_field(type(config), name):
+            out[key] = config.model_dump(mode="json", include={name})[name]
+    return out
+
+
+def changed_trajectory(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """Dotted keys whose value differs between a checkpoint's trajectory and the current config's."""
+    return sorted(k for k in current if k in saved and saved[k] != current[k])
+
+
+def renamed_keys(tree: Any, renames: dict[str, str], section: str) -> Any:
+    """Move old keys of a raw config mapping to their new dotted place, logging one line per old key.
+
+    `renames` maps an old key to its new dotted path inside the same section, e.g. {"worker_cpus": "workers.cpus"}.
+    An old key given together with its new spelling is an error (which one would win is a guess).
+    """
+    if not isinstance(tree, dict) or not any(old in tree for old in renames):
+        return tree
+    tree = dict(tree)
+    for old, new in renames.items():
+        if old not in tree or (old == new.split(".")[0] and isinstance(tree[old], dict | BaseModel)):
+            continue  # absent, or already the new section of the same name (essa.workers: {count: 2})
+        value = tree.pop(old)
+        *parents, leaf = new.split(".")
+        node = tree
+        for part in parents:
+            child = node.get(part)
+            if isinstance(child, BaseModel):
+                child = child.model_dump()
+            node[part] = child = dict(child) if isinstance(child, dict) else {}
+            node = child
+        if leaf in node:
+            raise ValueError(f"{section}.{old} and {section}.{new} both given; keep only {section}.{new}")
+        node[leaf] = value
+        log.warning("config: %s.%s is deprecated, write %s.%s", section, old, section, new)
+    return tree
+
+
+def ray_quantity(value: float | None) -> float | None:
+    """Ray takes fractions of a resource only below 1: 0.5 or 2 CPUs, not 1.5."""
+    if value is not None and value > 1 and not float(value).is_integer():
+        raise ValueError(f"{value}: Ray accepts fractions only below 1 (whole numbers above)")
+    return value

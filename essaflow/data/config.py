@@ -1,0 +1,61 @@
+"""Where problems come from and how they are split (the `data` section of the pipeline config)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from essaflow.config_base import StrictConfig
+
+
+class SyntheticTaskConfig(StrictConfig):
+    """The built-in arithmetic task: the embedded default, deterministic by seed."""
+
+    min_digits: int = Field(1, ge=1, le=6)
+    """Fewest digits per operand."""
+    max_digits: int = Field(3, ge=1, le=6)
+    """Most digits per operand."""
+    operators: list[Literal["+", "-", "*"]] = ["+", "-"]
+    """Operators drawn uniformly per problem."""
+    num_problems: int = Field(6000, ge=10)
+    """How many distinct problems to generate before splitting."""
+
+    @model_validator(mode="after")
+    def _digits_ordered(self) -> SyntheticTaskConfig:
+        if self.min_digits > self.max_digits:
+            raise ValueError("min_digits must be <= max_digits")
+        return self
+
+
+class DataConfig(StrictConfig):
+    """Where problems come from and how they are split."""
+
+    source: Literal["synthetic", "file", "hf", "s3"] = "synthetic"
+    """synthetic: built-in arithmetic; file: local JSONL/JSON/CSV/Parquet; hf: datasets.load_dataset; s3: s3:// URI."""
+    path: str | None = None
+    """File path, HF dataset name or local dataset directory, or s3:// URI (unused for synthetic)."""
+    hf_config: str | None = None
+    """HF dataset configuration name (e.g. 'main' for GSM8K)."""
+    hf_split: str = "train"
+    """HF split to read."""
+    hf_revision: str | None = None
+    """HF dataset revision (commit or tag) for reproducibility."""
+    adapter: Literal["plain", "gsm8k", "math"] = "plain"
+    """How the answer column is read: as is, GSM8K (after '####'), MATH (last \\boxed{})."""
+    columns: dict[str, str] = {}
+    """Column mapping from our names (id, prompt, answer) to the source's names, e.g. {prompt: question}."""
+    prompt_template: str = "{prompt}"
+    """Template applied to every prompt; '{prompt}' is replaced by the raw prompt."""
+    on_bad_row: Literal["error", "drop"] = "error"
+    """Malformed rows: fail listing their row numbers (error) or drop them and count them (drop)."""
+    synthetic: SyntheticTaskConfig = SyntheticTaskConfig()
+    """Knobs of the built-in arithmetic task."""
+    sft_fraction: float = Field(0.4, ge=0.0, lt=1.0)
+    """Share of problems in the SFT split (disjoint from train/eval, as ESSA's warm start asks)."""
+    eval_size: int = Field(256, ge=1)
+    """Number of held-out problems in the eval split."""
+    max_problems: int | None = Field(None, ge=1)
+    """Cap on problems read from the source (after validation), for quick runs."""
+    seed: int = 0
+    """Seed of the synthetic generator (splits are by content hash, not by this seed)."""

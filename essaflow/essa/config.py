@@ -1,0 +1,81 @@
+"""ESSA's settings: the search (trajectory fields) and how candidates are scored on Ray (ESSA-v3 sec. 3.2, App. A).
+
+Fields made with `trajectory(...)` decide what the search computes; a checkpoint resumes only under the same
+values. The rest (length, evaluation and checkpoint cadence, early stop, workers) may change between attempts.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from essaflow.cluster.config import ESSAWorkersConfig
+from essaflow.config_base import StrictConfig, renamed_keys, trajectory
+
+#: keys of the first layout -> their place now (accepted with a deprecation message)
+RENAMED = {
+    "workers": "workers.count",
+    "worker_cpus": "workers.cpus",
+    "worker_gpus": "workers.gpus",
+    "placement_strategy": "workers.placement_strategy",
+    "placement_timeout_s": "workers.placement_timeout_s",
+    "worker_max_restarts": "workers.max_restarts",
+    "worker_start_timeout_s": "workers.start_timeout_s",
+}
+
+
+class ESSAConfig(StrictConfig):
+    """ESSA: CMA-ES over SVD-LoRA singular values (ESSA-v3 sec. 3.2, App. A)."""
+
+    alpha: float = trajectory(1.0, gt=0.0, le=1.0)
+    """Fraction of each factor's singular values that is trainable: top floor(alpha*r) (Alg.1 line 6)."""
+    population: int = trajectory(32, ge=2)
+    """lambda: candidates per generation (paper: 24-96)."""
+    sigma0: float = trajectory(0.1, gt=0)
+    """Initial CMA-ES step size, in singular-value units (not given by the paper; papers.md 6.1.1)."""
+    generations: int = Field(60, ge=1)
+    """Number of generations E."""
+    minibatch: int = trajectory(128, ge=1)
+    """b: prompts per generation, shared by all candidates for fair ranking (papers.md 6.1.3)."""
+    strategy: Literal["cma", "sep_cma", "es"] = trajectory("cma")
+    """cma: full-covariance CMA-ES (paper); sep_cma: diagonal, for large d; es: plain Gaussian ES (Qiu, 2.5)."""
+    es_lr: float = trajectory(0.05, gt=0)
+    """strategy=es: step m += (lr/N) sum z_n eps_n, 1/sigma folded in as in Qiu (papers.md 2.5)."""
+    es_antithetic: bool = trajectory(True)
+    """strategy=es: mirrored pairs m +- sigma*e (issue's baseline); false: Qiu's i.i.d. samples (papers.md 2.5)."""
+    returned_point: Literal["mean", "best"] = trajectory("mean")
+    """Which point is returned: the CMA mean (default) or the best candidate seen (papers.md 6.1.2)."""
+    fitness_temperature: float = trajectory(0.0, ge=0.0)
+    """Decoding temperature when scoring candidates; 0 = greedy (papers.md 6.1.4)."""
+    fitness: Literal["accuracy", "answer_probability", "answer_logprob"] = trajectory("accuracy")
+    """accuracy: mean reward of decoded answers (paper); answer_*: exact P_T / log P of the reference (gray-box)."""
+    merged_scoring: bool = trajectory(True)
+    """Scorers merge B'A' into the base weights and skip the LoRA path (same function, ~25% faster on CPU)."""
+    eval_every: int = Field(10, ge=0)
+    """Held-out greedy accuracy every this many generations (0 = never)."""
+    target_accuracy: float | None = Field(None, gt=0, le=1)
+    """Stop early once held-out accuracy reaches this."""
+    checkpoint_every: int = Field(10, ge=0)
+    """Checkpoint every N generations (0 = only at the end)."""
+    seed: int = trajectory(0)
+    """Seed of the strategy and minibatch sampler."""
+    nonnegative: bool = trajectory(False)
+    """Clamp searched singular values at 0 (paper silent, papers.md 6.1.1); off: a negative value flips a component."""
+    backend: Literal["ray", "local"] = "ray"
+    """ray: score on a Ray actor pool (any workers count); local: in the driver process, no Ray (tests, debugging)."""
+    workers: ESSAWorkersConfig = ESSAWorkersConfig()
+    """The Ray population workers: count, CPUs and GPUs each, placement, restarts, start timeout."""
+    inflight_per_worker: int = Field(2, ge=1)
+    """Candidates queued per Ray worker at a time (2 hides the round trip; dynamic hand-out, papers.md 6.1.11)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _accept_old_keys(cls, data: Any) -> Any:
+        return renamed_keys(data, RENAMED, "essa")
+
+    @model_validator(mode="after")
+    def _antithetic_pairs(self) -> ESSAConfig:
+        if self.strategy == "es" and self.es_antithetic and self.population % 2:
+            raise ValueError(f"population={self.population} must be even for strategy=es (antithetic pairs)")
+        return self

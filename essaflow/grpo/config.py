@@ -1,0 +1,127 @@
+"""F-GRPO's settings: the GRPO family's loss, advantage and focal weight, rollouts, optimiser, Ray Train ranks.
+
+Fields made with `trajectory(...)` decide what training computes; a checkpoint resumes only under the same values.
+Worker count is not one of them: the loop gives the same gradients on 1 or N ranks (`trainer.py`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from essaflow.cluster.config import GRPOWorkersConfig
+from essaflow.config_base import StrictConfig, renamed_keys, trajectory
+from essaflow.grpo.advantages import ADVANTAGES
+from essaflow.grpo.losses import LOSSES
+
+#: keys of the first layout -> their place now (accepted with a deprecation message)
+RENAMED = {
+    "workers": "workers.count",
+    "worker_cpus": "workers.cpus",
+    "placement_strategy": "workers.placement_strategy",
+    "max_failures": "workers.max_restarts",
+}
+
+
+class GRPOConfig(StrictConfig):
+    """GRPO family with F-GRPO's focal weight (FGRPO-v2 sec. 4, App. L)."""
+
+    loss: str = trajectory("grpo")
+    """Policy loss by name (essaflow.grpo.losses registry): grpo, dapo, cispo (FGRPO-v2 App. B)."""
+    advantage: str = trajectory("grpo")
+    """Advantage estimator by name (essaflow.grpo.advantages registry): grpo, or drgrpo (no std division)."""
+    gamma: float = trajectory(1.0, ge=0.0)
+    """Focal exponent: advantages scaled by (1 - success_rate)^gamma (FGRPO-v2 Eq. 12-13); 0 = the base method."""
+    group_size: int = trajectory(8, ge=2)
+    """N: rollouts per prompt (F-GRPO main results: 8)."""
+    prompts_per_step: int = trajectory(32, ge=1)
+    """Prompt groups per rollout step, over all workers; must divide evenly by workers * mini_batches."""
+    steps: int = Field(200, ge=1)
+    """Rollout steps (each makes mini_batches optimizer steps)."""
+    mini_batches: int = trajectory(1, ge=1)
+    """Optimizer steps per rollout step, 1 PPO epoch (F-GRPO: 256/64 = 4); 1 = one on-policy step."""
+    micro_batch_size: int = Field(0, ge=0)
+    """Sequences per forward/backward on a worker, gradients accumulated (0 = the worker's whole mini-batch)."""
+    lr: float = trajectory(3e-4, gt=0)
+    """AdamW learning rate (F-GRPO: 1e-6 full-parameter; LoRA on the tiny model wants ~3e-4)."""
+    warmup_steps: int = trajectory(0, ge=0)
+    """Linear warm-up, in rollout steps, then constant (F-GRPO: 15)."""
+    weight_decay: float = trajectory(0.01, ge=0)
+    """AdamW weight decay (F-GRPO: 0.01)."""
+    grad_clip: float = trajectory(1.0, gt=0)
+    """Max global gradient norm (F-GRPO: 1.0)."""
+    clip_eps_low: float | None = trajectory(None, ge=0)
+    """Lower ratio clip eps; None = the loss's default (grpo 0.2, dapo 0.2, cispo 1.0 so the IS weight floor is 0)."""
+    clip_eps_high: float | None = trajectory(None, ge=0)
+    """Upper ratio clip eps; None = the loss's default (grpo 0.2, dapo 0.28 clip-higher, cispo 5.0: cap 6)."""
+    kl_beta: float = trajectory(0.0, ge=0)
+    """k3 KL coefficient to the frozen SFT start (DeepSeekMath 0.04; F-GRPO 0). >0 keeps a reference copy."""
+    std_mode: Literal["population", "bessel", "none"] = trajectory("bessel")
+    """Std in the group advantage: population (/N), bessel (/N-1, verl's default) or none (papers.md 6.2.1)."""
+    adv_eps: float = trajectory(1e-6, ge=0)
+    """eps in (R - mean) / (std + eps) (papers.md 6.2.1; verl's 1e-6)."""
+    aggregation: Literal["token_mean", "seq_mean", "token_sum_norm"] = trajectory("token_mean")
+    """token_mean (DAPO, F-GRPO App. L.2), seq_mean (DeepSeekMath), token_sum_norm (Dr.GRPO constant normaliser)."""
+    dynamic_sampling: bool = trajectory(False)
+    """DAPO dynamic sampling: retry zero-variance groups with other prompts (off: F-GRPO does not mention it)."""
+    dynamic_sampling_rounds: int = trajectory(3, ge=1)
+    """Retry rounds per step when dynamic_sampling is on; groups still uniform keep zero advantage."""
+    overlong_buffer: int = trajectory(0, ge=0)
+    """DAPO soft overlong punishment: last this many tokens before max_new_tokens ramp to -1 (0 = off)."""
+    overlong_penalty: float = trajectory(1.0, ge=0)
+    """Scale of the overlong punishment added to the reward (success rate still uses the unshaped reward)."""
+    overlong_filter: bool = trajectory(False)
+    """DAPO overlong filtering: truncated completions (no EOS) carry no loss."""
+    temperature: float = trajectory(1.0, gt=0)
+    """Rollout temperature (F-GRPO: 1.0)."""
+    top_p: float = trajectory(1.0, gt=0.0, le=1.0)
+    """Rollout nucleus mass (F-GRPO: 1.0)."""
+    max_new_tokens: int | None = trajectory(None, ge=1)
+    """Rollout completion cap; None = sampling.max_new_tokens."""
+    parameters: Literal["lora", "full"] = trajectory("lora")
+    """Train the LoRA adapter (from the SFT start) or all weights of the merged SFT model (F-GRPO: full)."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Where ranks compute: auto = on Ray, one whole GPU per rank (NCCL) when the cluster has GPUs, else CPU (gloo);
+    in process, cuda when visible."""
+    workers: GRPOWorkersConfig = GRPOWorkersConfig()
+    """The Ray Train DDP ranks: count (groups are split across them; 1 -> N is this field only), CPUs each,
+    placement, group restarts. GPUs follow `device`."""
+    ray_for_single_worker: bool = False
+    """workers.count=1 runs in-process (same loop, world size 1) unless this forces a one-worker Ray Train run."""
+    eval_every: int = Field(50, ge=0)
+    """Held-out greedy accuracy every this many steps (0 = never)."""
+    checkpoint_every: int = Field(50, ge=0)
+    """Checkpoint every N steps (0 = only at the end)."""
+    seed: int = trajectory(0)
+    """Seed of rollouts and prompt order."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _accept_old_keys(cls, data: Any) -> Any:
+        return renamed_keys(data, RENAMED, "grpo")
+
+    @field_validator("loss")
+    @classmethod
+    def _known_loss(cls, v: str) -> str:
+        if v not in LOSSES:
+            raise ValueError(f"unknown loss {v!r}; known: {sorted(LOSSES)}")
+        return v
+
+    @field_validator("advantage")
+    @classmethod
+    def _known_advantage(cls, v: str) -> str:
+        if v not in ADVANTAGES:
+            raise ValueError(f"unknown advantage {v!r}; known: {sorted(ADVANTAGES)}")
+        return v
+
+    @model_validator(mode="after")
+    def _batch_splits_evenly(self) -> GRPOConfig:
+        share = self.workers.count * self.mini_batches
+        if self.prompts_per_step % share:
+            raise ValueError(
+                f"prompts_per_step={self.prompts_per_step} must be a multiple of workers.count * mini_batches = {share}"
+            )
+        if self.workers.gpus is not None:
+            raise ValueError("workers.gpus: F-GRPO ranks take one whole GPU each when grpo.device resolves to cuda")
+        return self

@@ -1,0 +1,260 @@
+"""The GRPO-family loop as one worker runs it, in-process or as a Ray Train DDP rank.
+
+Per rollout step (FGRPO-v2 App. L; docs/algorithms.md):
+  rollout     sample G completions for this worker's prompt groups and score them (rollout.py);
+  advantages  group-normalised, focal-weighted by (1 - success_rate)^gamma (advantages.py, inside the rollout);
+  loss, step  the mini-batch updates with DDP all-reduce and clipping (update.py);
+  record      the step's global metrics, a held-out evaluation now and then, a checkpoint now and then.
+The LR scheduler (linear warm-up, then constant) steps once per rollout step, as verl does. Dropout stays off
+(the model is in eval mode) so that on-policy ratios are exactly 1.
+
+A worker tells the driver what happens through typed events (rank 0 only, except `RankStarted`).
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from essaflow.config import PipelineConfig, changed_trajectory, method_trajectory
+from essaflow.data.schema import Problem
+from essaflow.evaluation import greedy_accuracy
+from essaflow.grpo import checkpoint as ckpt
+from essaflow.grpo.rollout import collect, token_logprobs, worker_slots
+from essaflow.grpo.update import CommCounter, StepMetrics, StepSums, WorkerInfo, update
+from essaflow.models import load_adapter, load_base_model, load_tokenizer, save_adapter
+from essaflow.sampling import TransformersGenerator
+
+
+@dataclass(frozen=True)
+class RankStarted:
+    """A rank started (again, after a group restart) on a Ray node."""
+
+    rank: int
+    world_size: int
+    node: str
+
+
+@dataclass(frozen=True)
+class Resumed:
+    """Training continues from the checkpoint of this step."""
+
+    step: int
+
+
+@dataclass(frozen=True)
+class StepDone:
+    """Metrics of one finished rollout step (a StepMetrics row)."""
+
+    row: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class CheckpointWritten:
+    """A complete checkpoint directory was committed."""
+
+    path: str
+
+
+@dataclass(frozen=True)
+class Finished:
+    """Training ended; the result is in out_dir/output_name(grpo.parameters)."""
+
+    steps: int
+    wall_s: float
+    bytes_per_update: float
+    resumed_from: int | None
+    metrics: list[dict[str, Any]] = field(default_factory=list)
+
+
+WorkerEvent = RankStarted | Resumed | StepDone | CheckpointWritten | Finished
+Emit = Callable[[WorkerEvent], None]
+
+
+def output_name(parameters: str) -> str:
+    """The result's directory name in out_dir: "adapter" (a peft LoRA adapter) or "model" (parameters=full)."""
+    return "model" if parameters == "full" else "adapter"
+
+
+def build_policy(cfg: PipelineConfig, start: Path, resume: Path | None, device: torch.device) -> torch.nn.Module:
+    """The trainable policy: SFT LoRA adapter (trainable) on the base, or the merged SFT model (all weights)."""
+    if cfg.grpo.parameters == "lora":
+        source = resume / "adapter" if resume else start
+        model = load_adapter(load_base_model(cfg.model), source, trainable=True)
+    elif resume is not None:
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(resume / "model", dtype=getattr(torch, cfg.model.dtype))
+    else:
+        model = load_adapter(load_base_model(cfg.model), start).merge_and_unload()
+        for p in model.parameters():
+            p.requires_grad_(True)
+    model.eval()  # no dropout in RL: on-policy ratios are exactly 1
+    return model.to(device)
+
+
+def wrap_ddp(model: torch.nn.Module, info: WorkerInfo, comm: CommCounter) -> torch.nn.Module:
+    """DDP around the policy on several workers (with a hook that counts the gradient bytes); else the policy."""
+    if info.world_size == 1:
+        return model
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+    from torch.nn.parallel import DistributedDataParallel
+
+    ddp = DistributedDataParallel(
+        model, device_ids=[info.device.index] if info.device.type == "cuda" else None, forward_sync_buffers=False
+    )
+
+    def counting_hook(state: CommCounter, bucket):  # measure what DDP really reduces
+        state.grad += bucket.buffer().numel() * bucket.buffer().element_size()
+        return allreduce_hook(None, bucket)
+
+    ddp.register_comm_hook(comm, counting_hook)
+    return ddp
+
+
+def make_optimizer(cfg: PipelineConfig, params: list[torch.nn.Parameter]):
+    """AdamW and the per-rollout-step LR schedule: linear warm-up over grpo.warmup_steps, then constant."""
+    g = cfg.grpo
+    optimizer = torch.optim.AdamW(params, lr=g.lr, betas=(0.9, 0.999), weight_decay=g.weight_decay)
+    warm = g.warmup_steps
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
+    return optimizer, scheduler
+
+
+@dataclass
+class Learner:
+    """What one worker trains with: the policy (and its DDP wrapper), optimiser, reference model, counters."""
+
+    cfg: PipelineConfig
+    info: WorkerInfo
+    tokenizer: Any
+    model: torch.nn.Module
+    ddp: torch.nn.Module
+    params: list[torch.nn.Parameter]
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    ref_model: torch.nn.Module | None
+    comm: CommCounter
+
+    @classmethod
+    def build(cls, cfg: PipelineConfig, start: Path, resume: Path | None, info: WorkerInfo) -> Learner:
+        model = build_policy(cfg, start, resume, info.device)
+        ref_model = None
+        if cfg.grpo.kl_beta > 0:  # the reference is the SFT start, also after a resume
+            ref_model = build_policy(cfg, start, None, info.device).requires_grad_(False)
+        params = [p for p in model.parameters() if p.requires_grad]
+        comm = CommCounter()
+        optimizer, scheduler = make_optimizer(cfg, params)
+        tok = load_tokenizer(cfg.model)
+        return cls(cfg, info, tok, model, wrap_ddp(model, info, comm), params, optimizer, scheduler, ref_model, comm)
+
+    @property
+    def max_new_tokens(self) -> int:
+        return self.cfg.grpo.max_new_tokens or self.cfg.sampling.max_new_tokens
+
+    def step(self, train: list[Problem], slots: list[int], step: int) -> StepMetrics:
+        """One rollout step: rollout (+ advantages) -> loss -> optimiser step -> the step's global metrics."""
+        g, t0 = self.cfg.grpo, time.perf_counter()
+        self.comm.grad = self.comm.aux = 0
+        batch = collect(self.model, self.tokenizer, train, slots, step, g, self.cfg.eval.reward, self.max_new_tokens)
+        if self.ref_model is not None:
+            with torch.no_grad():
+                batch.ref_logp = token_logprobs(
+                    self.ref_model, batch.input_ids, batch.attention_mask, batch.prompt_width, g.temperature
+                )[0].cpu()
+        sums, t1 = StepSums.of(batch), time.perf_counter()
+        grad_norm = update(self.ddp, batch, self.optimizer, self.params, g, self.info, sums, self.comm)
+        lr = self.scheduler.get_last_lr()[0]
+        self.scheduler.step()
+        metrics = StepMetrics.from_sums(step + 1, sums.all_reduced(self.info, self.comm))
+        metrics.grad_norm, metrics.lr, metrics.gen_s = grad_norm, lr, batch.gen_s
+        metrics.step_s, metrics.train_s = time.perf_counter() - t0, time.perf_counter() - t1
+        metrics.tokens_per_s = metrics.gen_tokens / metrics.step_s
+        metrics.bytes_allreduced, metrics.aux_bytes = self.comm.grad, self.comm.aux
+        metrics.trainable_bytes = sum(p.numel() * p.element_size() for p in self.params)
+        return metrics
+
+    def held_out(self, problems: list[Problem]) -> float:
+        gen = TransformersGenerator(self.model, self.tokenizer, self.cfg.sampling.batch_size)
+        return greedy_accuracy(gen, problems, self.max_new_tokens, self.cfg.eval.reward)
+
+    def save_checkpoint(self, root: Path, done: int, state: dict[str, Any]) -> Path | None:
+        """All ranks save their RNG; rank 0 the weights, optimiser and trainer state. Rank 0 gets the path."""
+        stage = ckpt.staging_dir(root, done)
+        if self.info.rank == 0:
+            if stage.exists():
+                shutil.rmtree(stage)
+            stage.mkdir(parents=True)
+        self._barrier()
+        ckpt.save_rng(stage, self.info.rank)
+        self._barrier()
+        if self.info.rank != 0:
+            return None
+        ckpt.save_training_state(stage, self.model, self.cfg.grpo.parameters, self.optimizer, self.scheduler, state)
+        return ckpt.commit(stage, root, done)
+
+    def restore(self, resume: Path) -> tuple[int, list[dict[str, Any]]]:
+        """Optimiser, scheduler and RNG from a checkpoint (the weights came with the policy); (step, history)."""
+        state = ckpt.load_trainer_state(resume)
+        changed = changed_trajectory(state.get("trajectory", {}), method_trajectory(self.cfg))
+        if changed:
+            raise ValueError(
+                f"checkpoint {resume} was written with different settings ({', '.join(changed)}); resuming would "
+                "not replay the run. Use a fresh checkpoint directory or restore the settings."
+            )
+        ckpt.load_optimizer_and_scheduler(resume, self.optimizer, self.scheduler, self.info.device)
+        ckpt.load_rng(resume, self.info.rank)
+        return state["step"], state["metrics"]
+
+    def _barrier(self) -> None:
+        if self.info.world_size > 1:
+            dist.barrier()
+
+
+def run_worker(
+    cfg: PipelineConfig,
+    train: list[Problem],
+    eval_problems: list[Problem],
+    start: Path,
+    out_dir: Path,
+    checkpoint_dir: Path | None,
+    info: WorkerInfo,
+    emit: Emit,
+) -> None:
+    """The whole training loop as seen by one worker. Rank 0 reports steps, checkpoints and the end via `emit`."""
+    g = cfg.grpo
+    torch.set_num_threads(cfg.model.torch_threads)
+    resume = ckpt.latest_checkpoint(checkpoint_dir)
+    learner = Learner.build(cfg, start, resume, info)
+    first, history = 0, []
+    if resume is not None:
+        first, history = learner.restore(resume)
+        emit(Resumed(first))
+    slots = worker_slots(g.prompts_per_step, info.world_size, info.rank)
+    trajectory = method_trajectory(cfg)
+    wall0 = time.perf_counter()
+    for step in range(first, g.steps):
+        metrics, done = learner.step(train, slots, step), step + 1
+        if info.rank == 0 and g.eval_every and (done % g.eval_every == 0 or done == g.steps) and eval_problems:
+            metrics.eval_greedy = learner.held_out(eval_problems)
+        history.append(metrics.as_row())
+        emit(StepDone(history[-1]))
+        if not math.isfinite(metrics.loss):
+            raise FloatingPointError(f"non-finite loss at step {done}: {history[-1]}")
+        if checkpoint_dir is not None and ((g.checkpoint_every and done % g.checkpoint_every == 0) or done == g.steps):
+            state = {"step": done, "world_size": info.world_size, "metrics": history, "trajectory": trajectory}
+            if (path := learner.save_checkpoint(Path(checkpoint_dir), done, state)) is not None:
+                emit(CheckpointWritten(str(path)))
+    if info.rank == 0:
+        save_adapter(learner.model, out_dir / output_name(g.parameters), learner.tokenizer)
+        bytes_per_update = history[-1]["bytes_allreduced"] if history else 0
+        resumed_from = first if resume is not None else None
+        emit(Finished(g.steps, time.perf_counter() - wall0, bytes_per_update, resumed_from, history))

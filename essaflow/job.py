@@ -1,0 +1,106 @@
+"""`essaflow essa` / `essaflow grpo`: SFT warm start (cached) -> evaluate -> train -> evaluate, as one JSON dict.
+
+The training is `essaflow.training.train`, exactly what the pipeline's train task runs (checkpoints in the store at
+`cfg.storage_uri`, under runs/<job id>/). "before" is the SFT start (ESSA-v3 sec. 4: both methods start from the
+same SFT checkpoint; SFT time is excluded from training time), "after" the trained policy (a LoRA adapter, or a
+full checkpoint for grpo.parameters=full), both with the same pass@k protocol and sampling seed: a paired
+comparison. Progress goes to stderr; the CLI prints the returned dict as the last stdout line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import sys
+import tempfile
+import time
+from typing import Any
+
+from essaflow.config import PipelineConfig
+from essaflow.evaluation import EvalReport
+from essaflow.results import TrainCallbacks
+from essaflow.storage import open_store
+from essaflow.tiny_model import cache_root
+from essaflow.training import RunStorage, train
+from essaflow.warm_start import cached_sft_adapter, evaluate_output, prepare_splits
+
+HEADLINE = ("greedy", "pass@1", "pass@8")
+
+
+def method_label(cfg: PipelineConfig) -> str:
+    """E.g. 'ESSA(cma, accuracy)', 'GRPO', 'F-GRPO(gamma=0.5)', 'F-DAPO(gamma=1.0)'."""
+    if cfg.method == "essa":
+        return f"ESSA({cfg.essa.strategy}, {cfg.essa.fitness})"
+    base = cfg.grpo.loss.upper()
+    return base if cfg.grpo.gamma == 0 else f"F-{base}(gamma={cfg.grpo.gamma:g})"
+
+
+def _progress(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def _headline(report: EvalReport) -> dict[str, float | None]:
+    summary = report.summary()
+    return {k: round(summary[k], 4) for k in HEADLINE if k in summary}
+
+
+def _progress_line(cfg: PipelineConfig, row: dict[str, Any]) -> str | None:
+    """A log line for some metric rows: every held-out evaluation, and about 20 lines per run."""
+    total = cfg.essa.generations if cfg.method == "essa" else cfg.grpo.steps
+    done = int(row.get("step", row.get("generation", 0)))
+    if "eval_greedy" not in row and done % max(1, total // 20) and done != total:
+        return None
+    if cfg.method == "essa" and "fitness_mean" in row:
+        line = f"fitness {row['fitness_mean']:.3f}/{row['fitness_max']:.3f} sigma {row['sigma']:.3g}"
+    elif "reward_mean" in row:
+        line = (
+            f"reward {row['reward_mean']:.3f} zero-var {row['zero_variance_share']:.2f} "
+            f"focal {row['focal_mean_active']:.2f} {row['step_s']:.2f}s/step"
+        )
+    else:
+        line = ""
+    held_out = f" held-out greedy {row['eval_greedy']:.3f}" if "eval_greedy" in row else ""
+    return f"{cfg.method} {done}/{total}: {line}{held_out}"
+
+
+def run_training_job(cfg: PipelineConfig) -> dict[str, Any]:
+    """The whole job on cfg (cfg.method essa or fgrpo); returns the JSON-able summary the CLI prints last."""
+    start, label = time.perf_counter(), method_label(cfg)
+    splits = prepare_splits(cfg.data)
+    _progress(f"{label}: {len(splits.train)} train / {len(splits.eval)} eval problems")
+    sft = cached_sft_adapter(cfg, splits)
+    before = evaluate_output(cfg.model, sft, "lora", splits.eval, cfg.eval, cfg.sampling)
+    _progress(f"before (SFT start {sft}): {_headline(before)}")
+
+    def on_metrics(row: dict[str, Any]) -> None:
+        if (line := _progress_line(cfg, row)) is not None:
+            _progress(line)
+
+    digest = hashlib.sha256(cfg.model_dump_json().encode()).hexdigest()[:8]
+    job_id = f"{cfg.method}-{time.strftime('%Y%m%d-%H%M%S')}-{digest}"
+    storage = RunStorage(open_store(cfg.storage_uri), f"runs/{job_id}")
+    (cache_root() / "work").mkdir(parents=True, exist_ok=True)
+    work = tempfile.mkdtemp(prefix=f"{job_id}-", dir=cache_root() / "work")
+    try:
+        trained = train(cfg, splits, sft, storage, work, TrainCallbacks(on_metrics))
+        result = trained.result
+        after = evaluate_output(cfg.model, result.output_dir, result.output_kind, splits.eval, cfg.eval, cfg.sampling)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    _progress(f"after ({label}): {_headline(after)}")
+    evals = [m for m in result.metrics if "eval_greedy" in m]
+    return {
+        "method": label,
+        "before": _headline(before),
+        "after": _headline(after),
+        "before_pass_at_k": before.pass_at_k,
+        "after_pass_at_k": after.pass_at_k,
+        "steps": result.steps,
+        "train_wall_s": result.wall_s,
+        "bytes_per_update": round(result.bytes_per_update),
+        "held_out_curve": [[m.get("generation", m.get("step")), round(m["eval_greedy"], 4)] for m in evals],
+        "resumed_from": result.resumed_from,
+        "output": trained.uri,
+        "output_kind": result.output_kind,
+        "job_wall_s": round(time.perf_counter() - start, 2),
+    }
