@@ -91,11 +91,11 @@ class PipelineConfig(StrictConfig):
 _TRAJECTORY_SECTIONS = {"essa": ("model", "sampling", "eval", "essa"), "fgrpo": ("model", "sampling", "eval", "grpo")}
 
 
-def method_trajectory(cfg: PipelineConfig) -> dict[str, Any]:
-    """The trajectory-marked fields cfg's training depends on, as {dotted key: value}: what a checkpoint records
-    and what a resume must find unchanged (the marks live on the fields, `config_base.trajectory`)."""
+def method_trajectory(cfg: PipelineConfig, method: str | None = None) -> dict[str, Any]:
+    """The trajectory-marked fields that training with `method` (default cfg.method) depends on, as {dotted key:
+    value}: what a checkpoint records and a resume must find unchanged (marks on the fields, `config_base`)."""
     out: dict[str, Any] = {}
-    for section in _TRAJECTORY_SECTIONS.get(cfg.method, ()):
+    for section in _TRAJECTORY_SECTIONS.get(method or cfg.method, ()):
         out.update(trajectory_values(getattr(cfg, section), f"{section}."))
     return out
 

@@ -200,7 +200,7 @@ class Search:
         meta = {
             "generation": self.generation,
             "dimension": self.svd.dimension,
-            "trajectory": method_trajectory(self.cfg),
+            "trajectory": method_trajectory(self.cfg, "essa"),
             "metrics": self.history,
         }
         parts = {"strategy": self.strategy.state_dict(), "sampler": self.sampler.state_dict(), "trainer": (meta, {})}
@@ -214,7 +214,7 @@ class Search:
         generation, parts = read_checkpoint(latest)
         meta = parts["trainer"][0]
         saved = meta.get("trajectory") or {f"essa.{k}": v for k, v in meta.get("search", {}).items()}
-        changed = changed_trajectory(saved, method_trajectory(self.cfg))
+        changed = changed_trajectory(saved, method_trajectory(self.cfg, "essa"))
         if changed:
             raise ValueError(
                 f"checkpoint {latest} was written with different settings ({', '.join(changed)}); resuming "

@@ -204,7 +204,7 @@ class Learner:
     def restore(self, resume: Path) -> tuple[int, list[dict[str, Any]]]:
         """Optimiser, scheduler and RNG from a checkpoint (the weights came with the policy); (step, history)."""
         state = ckpt.load_trainer_state(resume)
-        changed = changed_trajectory(state.get("trajectory", {}), method_trajectory(self.cfg))
+        changed = changed_trajectory(state.get("trajectory", {}), method_trajectory(self.cfg, "fgrpo"))
         if changed:
             raise ValueError(
                 f"checkpoint {resume} was written with different settings ({', '.join(changed)}); resuming would "
@@ -239,7 +239,7 @@ def run_worker(
         first, history = learner.restore(resume)
         emit(Resumed(first))
     slots = worker_slots(g.prompts_per_step, info.world_size, info.rank)
-    trajectory = method_trajectory(cfg)
+    trajectory = method_trajectory(cfg, "fgrpo")
     wall0 = time.perf_counter()
     for step in range(first, g.steps):
         metrics, done = learner.step(train, slots, step), step + 1
