@@ -61,15 +61,6 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - prod
 
 
-def default_ks(n: int) -> list[int]:
-    """1, 2, 4, ... up to n (n included)."""
-    ks, k = [], 1
-    while k < n:
-        ks.append(k)
-        k *= 2
-    return ks + [n]
-
-
 @dataclass
 class EvalReport:
     """What one evaluation measured; JSON-serialisable."""
@@ -91,7 +82,8 @@ class EvalReport:
         return json.dumps(asdict(self))
 
 
-def mean_reward(completions: list[str], references: list[str], reward: str = "exact_match") -> list[float]:
+def completion_rewards(completions: list[str], references: list[str], reward: str = "exact_match") -> list[float]:
+    """The reward of each completion against its reference, in order (not their mean)."""
     fn = get_reward(reward)
     return [fn(c, r) for c, r in zip(completions, references)]
 
@@ -101,7 +93,7 @@ def greedy_accuracy(
 ) -> float:
     """Share of problems solved by greedy decoding."""
     outs = generator.generate([p.prompt for p in problems], n=1, temperature=0.0, max_new_tokens=max_new_tokens)
-    scores = mean_reward([o[0] for o in outs], [p.answer for p in problems], reward)
+    scores = completion_rewards([o[0] for o in outs], [p.answer for p in problems], reward)
     return sum(scores) / max(len(scores), 1)
 
 

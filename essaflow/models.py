@@ -11,7 +11,8 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from pydantic import Field
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from essaflow.config_base import ConfigError, StrictConfig, trajectory
+from essaflow.config_base import StrictConfig, trajectory
+from essaflow.devices import resolve_device
 from essaflow.tiny_model import cache_root, tiny_base_path
 
 log = logging.getLogger(__name__)
@@ -76,15 +77,6 @@ def load_tokenizer(cfg: ModelConfig) -> PreTrainedTokenizerBase:
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return tok
-
-
-def resolve_device(choice: str) -> torch.device:
-    """auto -> cuda when torch sees a GPU, else cpu; cuda without one is a ConfigError (before any loading)."""
-    if choice == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("model.device=cuda, but torch sees no CUDA device (use auto or cpu)")
-    if choice == "cuda" or (choice == "auto" and torch.cuda.is_available()):
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
 
 
 def load_base_model(cfg: ModelConfig) -> PreTrainedModel:

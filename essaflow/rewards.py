@@ -8,28 +8,16 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from essaflow.registry import Registry
+
 Reward = Callable[[str, str], float]
-REWARDS: dict[str, Reward] = {}
+REWARDS: Registry[Reward] = Registry("reward")
+register_reward = REWARDS.register
+"""Decorator: make `fn(completion, reference) -> float` available as `name` in configs."""
+get_reward = REWARDS.get
+"""The reward registered as `name`; the error lists the known ones."""
 
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
-
-
-def register_reward(name: str) -> Callable[[Reward], Reward]:
-    """Decorator: make `fn(completion, reference) -> float` available as `name` in configs."""
-
-    def deco(fn: Reward) -> Reward:
-        REWARDS[name] = fn
-        return fn
-
-    return deco
-
-
-def get_reward(name: str) -> Reward:
-    """Look a reward up by name, with a clear error listing the known ones."""
-    try:
-        return REWARDS[name]
-    except KeyError:
-        raise KeyError(f"unknown reward {name!r}; known: {sorted(REWARDS)}") from None
 
 
 def last_boxed(text: str) -> str | None:

@@ -7,6 +7,7 @@ present; it is imported lazily so CPU machines never need it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -43,6 +44,28 @@ class Rollout:
     completion_ids: torch.Tensor  # [B, C] right padded with pad after EOS
     completion_mask: torch.Tensor  # [B, C] 1 up to and including EOS
     texts: list[str]
+
+
+def mask_after_eos(completion: torch.Tensor, eos_id: int, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """[B, C] generated ids -> (ids with every token after the first EOS set to pad, mask 1 up to and incl. it).
+
+    A row without EOS (truncated at the length cap) keeps all its tokens.
+    """
+    is_eos = completion == eos_id
+    after_eos = (is_eos.cumsum(dim=1) - is_eos.long()) > 0
+    return completion.masked_fill(after_eos, pad_id), (~after_eos).long()
+
+
+def to_rollout(
+    tokenizer: PreTrainedTokenizerBase, enc: Mapping[str, torch.Tensor], completion: torch.Tensor
+) -> Rollout:
+    """The Rollout of raw generated ids: masked after the first EOS, decoded without special tokens.
+
+    enc: the tokenizer's left-padded encoding of the prompts (input_ids, attention_mask), one row per completion.
+    """
+    completion, mask = mask_after_eos(completion, tokenizer.eos_token_id, tokenizer.pad_token_id)
+    texts = tokenizer.batch_decode(completion, skip_special_tokens=True)
+    return Rollout(enc["input_ids"], enc["attention_mask"], completion, mask, texts)
 
 
 class Generator(Protocol):
@@ -102,13 +125,7 @@ class TransformersGenerator:
         completion = torch.cat(
             [torch.nn.functional.pad(o, (0, width - o.shape[1]), value=tok.pad_token_id) for o in outs]
         )
-        is_eos = completion == tok.eos_token_id
-        # mask = 1 up to and including the first EOS
-        after_eos = (is_eos.cumsum(dim=1) - is_eos.long()) > 0
-        cmask = (~after_eos).long()
-        completion = completion.masked_fill(after_eos, tok.pad_token_id)
-        texts = tok.batch_decode(completion, skip_special_tokens=True)
-        return Rollout(enc["input_ids"], enc["attention_mask"], completion, cmask, texts)
+        return to_rollout(tok, enc, completion)
 
     def generate(
         self,

@@ -21,16 +21,16 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from essaflow.config import ModelConfig, PipelineConfig, SamplingConfig
 from essaflow.evaluation import EvalReport, plot_pass_at_k
+from essaflow.secrets import is_secret, safe_uri, scrub  # safe_uri, scrub: also imported from here (cli, tasks)
 
 log = logging.getLogger(__name__)
 
@@ -40,48 +40,12 @@ CHAMPION, CHALLENGER = "champion", "challenger"
 #: A local base checkpoint at most this large is copied into the registered model, so it loads anywhere.
 EMBED_BASE_MAX_BYTES = 512 * 1024 * 1024
 
-#: Environment variables whose values must never reach a param, tag, artifact or log line.
-SECRET_ENV = (
-    "AWS_ACCESS_KEY_ID",
-    "AWS_SECRET_ACCESS_KEY",
-    "AWS_SESSION_TOKEN",
-    "MLFLOW_TRACKING_PASSWORD",
-    "MLFLOW_TRACKING_TOKEN",
-    "PREFECT_API_KEY",
-    "HF_TOKEN",
-    "RAY_AUTH_TOKEN",
-)
-_SECRET_KEY = re.compile(r"(secret|password|passwd|token|credential|access_key|api_key)", re.I)
-
 
 class TrackingError(RuntimeError):
     """MLflow cannot be used as configured; the message names the URI and the problem."""
 
 
-# ------------------------------------------------------------------------------------------------ credentials
-
-
-def safe_uri(uri: str) -> str:
-    """The URI without user-info, query or fragment (where credentials hide)."""
-    try:
-        parts = urlsplit(uri)
-    except ValueError:
-        return uri
-    if not parts.scheme or not parts.netloc:
-        return uri
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, host, parts.path, "", ""))
-
-
-def scrub(text: str) -> str:
-    """Mask credential values (from the environment) and URI user-info inside free text."""
-    for name in SECRET_ENV:
-        value = os.environ.get(name)
-        if value and len(value) >= 4:
-            text = text.replace(value, "***")
-    return re.sub(r"(\w+://)[^/@\s:]+:[^/@\s]+@", r"\1***@", text)
+# ------------------------------------------------------------------------------------------------ params
 
 
 def flat_params(cfg: PipelineConfig) -> dict[str, str]:
@@ -93,7 +57,7 @@ def flat_params(cfg: PipelineConfig) -> dict[str, str]:
             for k, v in node.items():
                 walk(f"{prefix}.{k}" if prefix else str(k), v)
             return
-        if _SECRET_KEY.search(prefix):
+        if is_secret(prefix):
             return
         value = json.dumps(node) if isinstance(node, (list, tuple)) else str(node)
         out[prefix] = scrub(safe_uri(value) if "://" in value else value)[:6000]
@@ -418,10 +382,6 @@ def _alias_version(c, name: str, alias: str) -> str | None:
         return str(c.get_model_version_by_alias(name, alias).version)
     except MlflowException:
         return None
-
-
-def aliases_of(tracking_uri: str, name: str, version: str) -> list[str]:
-    return sorted(client(tracking_uri).get_model_version(name, version).aliases or [])
 
 
 def download_registered(tracking_uri: str, name: str, version: str, dst: Path) -> dict[str, Any]:

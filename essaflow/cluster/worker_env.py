@@ -6,7 +6,8 @@ import fnmatch
 import os
 from collections.abc import Iterable, Mapping
 from typing import Any
-from urllib.parse import urlsplit
+
+from essaflow.secrets import MASK, is_secret, mask_url_password, url_has_password
 
 DEFAULT_ENV_KEYS: tuple[str, ...] = (
     "PREFECT_API_URL",
@@ -29,44 +30,15 @@ DEFAULT_ENV_KEYS: tuple[str, ...] = (
 """What workers need from the driver's environment (fnmatch patterns): Prefect API, MLflow, essaflow settings, the
 S3 endpoint, region and credentials, hub access. Ray's own RAY_* settings are never sent: nodes have their own."""
 
-_SECRET_PARTS = ("PASSWORD", "PASSWD", "SECRET", "CREDENTIAL", "PASSPHRASE")  # anywhere: PGPASSWORD too
-_KEY_QUALIFIERS = {"API", "ACCESS", "PRIVATE", "SIGNING", "ENCRYPTION"}
-_MASK = "***"
-
-
-def _url_password(value: str) -> bool:
-    if "://" not in value or "@" not in value:
-        return False
-    try:
-        return urlsplit(value).password is not None
-    except ValueError:
-        return False
-
-
-def is_secret(key: str, value: str = "") -> bool:
-    """True for a credential: its name says so (PASSWORD, SECRET, ... anywhere; a word ending in TOKEN; PASS; an
-    API/ACCESS/PRIVATE ... KEY; but not TOKENIZERS_PARALLELISM) or it is a URL with a password
-    (``postgresql://user:pw@host/db``)."""
-    upper = key.upper()
-    words = set(upper.split("_"))
-    return bool(
-        any(part in upper for part in _SECRET_PARTS)
-        or any(w.endswith("TOKEN") or w == "PASS" for w in words)
-        or ("KEY" in words and words & _KEY_QUALIFIERS)
-        or _url_password(value)
-    )
-
 
 def redacted(env: Mapping[str, str]) -> dict[str, str]:
     """``env`` safe to log: secret values become ``***``; a URL keeps everything but its password."""
     out = {}
     for key, value in env.items():
-        if _url_password(value):
-            parts = urlsplit(value)
-            host = parts.netloc.rsplit("@", 1)[1]
-            out[key] = parts._replace(netloc=f"{parts.username or ''}:{_MASK}@{host}").geturl()
+        if url_has_password(value):
+            out[key] = mask_url_password(value)
         elif is_secret(key, value):
-            out[key] = _MASK
+            out[key] = MASK
         else:
             out[key] = value
     return out

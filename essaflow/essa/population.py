@@ -209,7 +209,6 @@ class LocalPopulation:
     def __init__(self, spec: ScoringSpec):
         self.scorer = CandidateScorer(spec)
         self.dimension, self.node = self.scorer.ready()
-        self.setup_bytes = payload_bytes(spec)
 
     def evaluate(self, candidates: np.ndarray, prompt_idx: np.ndarray, seed: int) -> tuple[np.ndarray, GenerationStats]:
         start = time.perf_counter()
@@ -284,7 +283,6 @@ class RayPopulation:
         ensure_ray(num_cpus=max(os.cpu_count() or 1, int(np.ceil(workers * cpus_per_worker))), address=address)
         self.inflight = inflight
         self.start_timeout_s = start_timeout_s
-        self.setup_bytes = payload_bytes(spec) * workers
         if gpus_per_worker is None:  # auto: one model instance per GPU where there are GPUs
             gpus_per_worker = 1.0 if any(n.gpus for n in cluster.describe_cluster()) else 0.0
         self._pg = cluster.placement_group_for(

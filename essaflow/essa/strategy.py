@@ -201,17 +201,6 @@ class _ESState:
         self.generation = 0
 
 
-def antithetic_gradient(fitness: np.ndarray, eps: np.ndarray, sigma: float) -> np.ndarray:
-    """Unbiased estimate of grad E[F]: mean over pairs of (F(m + sigma e) - F(m - sigma e)) e / (2 sigma).
-
-    `eps` and `fitness` are in ask order, members 2i and 2i+1 being +e_i and -e_i. For a linear F(x) = g.x this
-    is (1/P) sum (g.e_i) e_i, whose expectation is g exactly (E[e eᵀ] = I); the z-scored ES update is this
-    estimate divided by a positive scalar, so it points the same way.
-    """
-    diff = fitness[0::2] - fitness[1::2]
-    return (diff @ eps[0::2]) / (2.0 * sigma * diff.shape[0])
-
-
 class GaussianES(Strategy):
     """Plain Gaussian ES with z-scored fitness (Qiu et al.; papers.md 1.5, 2.5), antithetic pairs by default.
 

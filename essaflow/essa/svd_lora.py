@@ -125,16 +125,6 @@ class SVDLoRA:
         """The adapted LoRA layers with their names, in search-vector order."""
         return list(self._modules)
 
-    @property
-    def anchor(self) -> np.ndarray:
-        """The SFT singular values s0 in search-vector order (the point offsets are added to)."""
-        return np.concatenate([f.s for f in self._factors])
-
-    @property
-    def current(self) -> np.ndarray:
-        """The offsets now written into the model."""
-        return self._current.copy()
-
     def apply(self, offsets: np.ndarray) -> None:
         """Write A' = U_A diag(s_A + δ_A) V_Aᵀ and B' likewise into every LoRA layer, in place (papers.md 2.1)."""
         offsets = np.asarray(offsets, dtype=np.float64).reshape(-1)

@@ -16,27 +16,15 @@ from typing import Literal
 
 import torch
 
+from essaflow.registry import Registry
+
 StdMode = Literal["population", "bessel", "none"]
 AdvantageFn = Callable[..., torch.Tensor]
-ADVANTAGES: dict[str, AdvantageFn] = {}
-
-
-def register_advantage(name: str) -> Callable[[AdvantageFn], AdvantageFn]:
-    """Decorator: make `fn(rewards, std_mode=..., eps=...) -> advantages` selectable as `grpo.advantage=name`."""
-
-    def deco(fn: AdvantageFn) -> AdvantageFn:
-        ADVANTAGES[name] = fn
-        return fn
-
-    return deco
-
-
-def get_advantage(name: str) -> AdvantageFn:
-    """Look an estimator up by name, with an error listing the known ones."""
-    try:
-        return ADVANTAGES[name]
-    except KeyError:
-        raise KeyError(f"unknown advantage {name!r}; known: {sorted(ADVANTAGES)}") from None
+ADVANTAGES: Registry[AdvantageFn] = Registry("advantage")
+register_advantage = ADVANTAGES.register
+"""Decorator: make `fn(rewards, std_mode=..., eps=...) -> advantages` selectable as `grpo.advantage=name`."""
+get_advantage = ADVANTAGES.get
+"""The estimator registered as `name`; the error lists the known ones."""
 
 
 def _uniform(rewards: torch.Tensor) -> torch.Tensor:

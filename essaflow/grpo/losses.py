@@ -17,6 +17,8 @@ from typing import Literal
 
 import torch
 
+from essaflow.registry import Registry
+
 Aggregation = Literal["token_mean", "seq_mean", "token_sum_norm"]
 
 
@@ -29,42 +31,27 @@ class ClipRange:
 
 
 LossFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, ClipRange], tuple[torch.Tensor, dict[str, torch.Tensor]]]
-
-
-@dataclass(frozen=True)
-class LossSpec:
-    """A registered loss and the clip bounds its paper uses (applied when the config leaves them unset)."""
-
-    fn: LossFn
-    default_clip: ClipRange
-
-
-LOSSES: dict[str, LossSpec] = {}
+LOSSES: Registry[LossFn] = Registry("loss")
 
 
 def register_loss(name: str, clip_low: float, clip_high: float) -> Callable[[LossFn], LossFn]:
     """Decorator: `fn(logp, old_logp, adv, clip) -> (per_token_loss, indicators)` becomes `grpo.loss=name`.
 
     logp, old_logp: [B, T] log-probs of the sampled tokens (logp carries the gradient); adv: [B] advantages.
+    clip_low / clip_high are the bounds its paper uses, applied when the config leaves them unset.
     """
-
-    def deco(fn: LossFn) -> LossFn:
-        LOSSES[name] = LossSpec(fn, ClipRange(clip_low, clip_high))
-        return fn
-
-    return deco
+    return LOSSES.register(name, clip_low=clip_low, clip_high=clip_high)
 
 
-def get_loss(name: str) -> LossSpec:
-    try:
-        return LOSSES[name]
-    except KeyError:
-        raise KeyError(f"unknown loss {name!r}; known: {sorted(LOSSES)}") from None
+def default_clip(name: str) -> ClipRange:
+    """The clip bounds loss `name` was registered with."""
+    meta = LOSSES.meta(name)
+    return ClipRange(meta["clip_low"], meta["clip_high"])
 
 
 def resolve_clip(name: str, low: float | None, high: float | None) -> ClipRange:
     """Config clip bounds, each falling back to the loss's published default when None."""
-    default = get_loss(name).default_clip
+    default = default_clip(name)
     return ClipRange(default.low if low is None else low, default.high if high is None else high)
 
 
@@ -186,8 +173,7 @@ def policy_loss(
 
     The KL term is added per token to the loss, not to the reward (DSMath sec. 4.1); F-GRPO uses beta = 0.
     """
-    spec = get_loss(name)
-    per_token, indicators = spec.fn(logp, old_logp, advantages, clip or spec.default_clip)
+    per_token, indicators = LOSSES.get(name)(logp, old_logp, advantages, clip or default_clip(name))
     kl = None
     if ref_logp is not None:
         kl = k3_kl(logp, ref_logp)

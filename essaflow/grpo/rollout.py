@@ -27,6 +27,7 @@ from essaflow.data.schema import Problem
 from essaflow.grpo.advantages import group_advantages
 from essaflow.grpo.config import GRPOConfig
 from essaflow.rewards import get_reward
+from essaflow.sampling import Rollout, to_rollout
 
 _M32 = 0xFFFFFFFF
 
@@ -142,15 +143,6 @@ class RolloutBatch:
         return torch.tensor([r for i in groups for r in range(i * g, (i + 1) * g)], dtype=torch.long)
 
 
-@dataclass
-class _Draw:
-    prompt_ids: torch.Tensor
-    prompt_mask: torch.Tensor
-    completion_ids: torch.Tensor
-    completion_mask: torch.Tensor
-    texts: list[str]
-
-
 @torch.no_grad()
 def sample(
     model: PreTrainedModel,
@@ -160,7 +152,7 @@ def sample(
     temperature: float,
     top_p: float,
     max_new_tokens: int,
-) -> _Draw:
+) -> Rollout:
     """One completion per prompt (repeat prompts for groups), sampled batch-invariantly, with masks."""
     device = next(model.parameters()).device
     enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False, padding_side="left")
@@ -180,12 +172,7 @@ def sample(
         completion = torch.nn.functional.pad(
             completion, (0, max_new_tokens - completion.shape[1]), value=tokenizer.pad_token_id
         )
-    is_eos = completion == tokenizer.eos_token_id
-    after_eos = (is_eos.cumsum(dim=1) - is_eos.long()) > 0
-    cmask = (~after_eos).long()
-    completion = completion.masked_fill(after_eos, tokenizer.pad_token_id)
-    texts = tokenizer.batch_decode(completion, skip_special_tokens=True)
-    return _Draw(enc["input_ids"], enc["attention_mask"], completion, cmask, texts)
+    return to_rollout(tokenizer, enc, completion)
 
 
 def overlong_penalty(lengths: torch.Tensor, max_len: int, buffer: int) -> torch.Tensor:
@@ -197,7 +184,9 @@ def overlong_penalty(lengths: torch.Tensor, max_len: int, buffer: int) -> torch.
     return torch.where(lengths <= free, torch.zeros_like(pen), pen.clamp(min=-1.0))
 
 
-def _draw_groups(model, tokenizer, problems, keys, s: GRPOConfig, reward: str, max_new_tokens: int):
+def _draw_groups(
+    model, tokenizer, problems, keys, s: GRPOConfig, reward: str, max_new_tokens: int
+) -> tuple[Rollout, torch.Tensor, torch.Tensor]:
     """Sample G per problem; returns the draw and [groups, G] correctness and shaped rewards."""
     g = s.group_size
     prompts = [p.prompt for p in problems for _ in range(g)]

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from essaflow.config import PipelineConfig
 from essaflow.data import Splits
+from essaflow.devices import resolve_device
 from essaflow.grpo.worker import (
     CheckpointWritten,
     Finished,
@@ -37,7 +38,6 @@ from essaflow.grpo.worker import (
     output_name,
     run_worker,
 )
-from essaflow.models import resolve_device
 from essaflow.results import TrainCallbacks, TrainResult
 
 log = logging.getLogger(__name__)
@@ -91,7 +91,7 @@ def train_grpo(
     driver = _Driver(TrainCallbacks(on_metrics, on_checkpoint))
     start = time.perf_counter()
     if cfg.grpo.workers.count == 1 and not cfg.grpo.ray_for_single_worker:
-        info = WorkerInfo(0, 1, resolve_device(cfg.grpo.device))
+        info = WorkerInfo(0, 1, resolve_device(cfg.grpo.device, field="grpo.device"))
         run_worker(cfg, splits.train, splits.eval, sft_adapter, out_dir, checkpoint_dir, info, driver)
     else:
         from essaflow.grpo.distributed import run_on_ray  # imports Ray only when a run uses it

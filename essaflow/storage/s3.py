@@ -10,8 +10,8 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
+from essaflow.secrets import safe_uri
 from essaflow.storage.base import (
     _CHUNK,
     MANIFEST,
@@ -43,16 +43,8 @@ _NOT_SUPPORTED_CODES = {"NotImplemented", "501", "InvalidArgument", "InvalidRequ
 
 
 def _safe_url(url: str | None) -> str:
-    """An endpoint URL without any ``user:password@`` part."""
-    if not url:
-        return "<default AWS endpoint>"
-    parts = urlsplit(url)
-    if parts.username or parts.password:
-        host = parts.hostname or ""
-        if parts.port:
-            host = f"{host}:{parts.port}"
-        parts = parts._replace(netloc=host)
-    return urlunsplit(parts)
+    """An endpoint URL without any ``user:password@`` part (nor query: there credentials hide too)."""
+    return safe_uri(url) if url else "<default AWS endpoint>"
 
 
 def _root_cause(exc: BaseException) -> BaseException:

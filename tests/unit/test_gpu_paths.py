@@ -13,13 +13,13 @@ from transformers import AutoModelForCausalLM
 
 from essaflow.config import ConfigError, ModelConfig, PipelineConfig, SFTConfig
 from essaflow.data.synthetic import synthetic_problems
+from essaflow.devices import resolve_device
 from essaflow.models import (
     attach_lora,
     export_merged,
     load_base_model,
     load_model_with_adapter,
     load_tokenizer,
-    resolve_device,
     save_adapter,
 )
 from essaflow.sampling import resolve_backend, vllm_available
@@ -41,6 +41,8 @@ def test_device_choice_without_a_gpu():
     assert resolve_device("auto") == torch.device("cpu") == resolve_device("cpu")
     with pytest.raises(ConfigError, match="model.device=cuda, but torch sees no CUDA device"):
         resolve_device("cuda")
+    with pytest.raises(ConfigError, match="grpo.device=cuda"):  # the error names the setting it came from
+        resolve_device("cuda", field="grpo.device")
     with pytest.raises(ConfigError, match="model.device=cuda"):  # before any weights are read
         load_base_model(ModelConfig(device="cuda"))
 

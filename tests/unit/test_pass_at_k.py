@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from essaflow.evaluation import default_ks, pass_at_k
+from essaflow.evaluation import pass_at_k
 
 
 @settings(max_examples=300, deadline=None)
@@ -35,8 +35,3 @@ def test_differs_from_biased_plugin():
 def test_rejects_bad_arguments(n, c, k):
     with pytest.raises(ValueError):
         pass_at_k(n, c, k)
-
-
-def test_default_ks():
-    assert default_ks(16) == [1, 2, 4, 8, 16]
-    assert default_ks(12) == [1, 2, 4, 8, 12]

@@ -14,6 +14,7 @@ def test_params_are_the_flattened_config_without_credentials(monkeypatch):
     params = flat_params(cfg)
     assert params["tracking_uri"] == "https://mlflow.example.com/x"
     assert params["essa.population"] == "32" and params["eval.ks"] == "[1, 2, 4, 8, 16]"
+    assert "sampling.max_new_tokens" in params  # "tokens" is no credential word
     assert not any("topsecretvalue" in v for v in params.values())
 
 

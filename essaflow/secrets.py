@@ -1,0 +1,88 @@
+"""What counts as a credential, and how it is kept out of params, tags, logs, reprs and error messages.
+
+One rule for every place that needs it: which environment variables Ray workers get only through a setup hook
+(cluster.worker_env), which config keys never become MLflow params and what text is masked (tracking, cli), what
+endpoint an S3 error names (storage.s3).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping
+from urllib.parse import urlsplit, urlunsplit
+
+MASK = "***"
+
+_SECRET_PARTS = ("PASSWORD", "PASSWD", "SECRET", "CREDENTIAL", "PASSPHRASE")  # anywhere: PGPASSWORD too
+_KEY_QUALIFIERS = {"API", "ACCESS", "PRIVATE", "SIGNING", "ENCRYPTION"}
+# scheme://user:password@ (user may be empty: redis://:pw@host) inside free text
+_URL_USERINFO = re.compile(r"(\w+://)[^/@\s:]*:[^/@\s]+@")
+_MIN_MASKED_LEN = 4  # shorter values would mask ordinary words and digits all over the text
+
+
+def url_has_password(value: str) -> bool:
+    """True for a URL carrying a password (``postgresql://user:pw@host/db``)."""
+    if "://" not in value or "@" not in value:
+        return False
+    try:
+        return urlsplit(value).password is not None
+    except ValueError:
+        return False
+
+
+def is_secret(key: str, value: str = "") -> bool:
+    """True for a credential: its name says so (PASSWORD, SECRET, ... anywhere; a word ending in TOKEN; PASS; an
+    API/ACCESS/PRIVATE ... KEY; but not TOKENIZERS_PARALLELISM nor max_new_tokens) or it is a URL with a password.
+
+    Words are split on any non-alphanumeric character, so environment names and dotted config keys
+    (``storage.secret_key``) follow the same rule.
+    """
+    upper = key.upper()
+    words = set(re.split(r"[^A-Z0-9]+", upper))
+    return bool(
+        any(part in upper for part in _SECRET_PARTS)
+        or any(w.endswith("TOKEN") or w == "PASS" for w in words)
+        or ("KEY" in words and words & _KEY_QUALIFIERS)
+        or url_has_password(value)
+    )
+
+
+def mask_url_password(url: str) -> str:
+    """The URL with its password replaced by ``***``, the user and everything else kept."""
+    if not url_has_password(url):
+        return url
+    parts = urlsplit(url)
+    host = parts.netloc.rsplit("@", 1)[1]
+    return parts._replace(netloc=f"{parts.username or ''}:{MASK}@{host}").geturl()
+
+
+def safe_uri(uri: str) -> str:
+    """The URI without user-info, query or fragment (where credentials hide); text that is no URI unchanged."""
+    try:
+        parts = urlsplit(uri)
+        port = parts.port
+    except ValueError:
+        return uri
+    if not parts.scheme or not parts.netloc:
+        return uri
+    host = parts.hostname or ""
+    if port:
+        host = f"{host}:{port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+def secret_env_values(environ: Mapping[str, str] | None = None) -> list[str]:
+    """The values of the secret-named variables of ``environ`` (default: this process's), long enough to mask."""
+    env = os.environ if environ is None else environ
+    return [v for k, v in env.items() if is_secret(k) and len(v) >= _MIN_MASKED_LEN]
+
+
+def scrub(text: str, known_values: Iterable[str] | None = None) -> str:
+    """Mask URI user-info and known secret values (default: those of the environment) inside free text."""
+    text = _URL_USERINFO.sub(rf"\1{MASK}@", text)
+    values = secret_env_values() if known_values is None else known_values
+    for value in sorted(values, key=len, reverse=True):  # longest first: a secret containing another stays masked
+        if value:
+            text = text.replace(value, MASK)
+    return text
