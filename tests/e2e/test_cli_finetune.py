@@ -37,7 +37,7 @@ def essaflow(workdir: Path, *args: str) -> tuple[dict, str]:
     env.update({"PREFECT_HOME": str(workdir / "prefect-home"), "ESSAFLOW_CACHE_DIR": os.environ["ESSAFLOW_CACHE_DIR"]})
     env.pop("ESSAFLOW_STORAGE_URI", None)
     proc = subprocess.run(
-        [sys.executable, "-m", "essaflow.cli", *args], cwd=workdir, env=env, capture_output=True, text=True, timeout=600
+        [sys.executable, "-m", "cli.main", *args], cwd=workdir, env=env, capture_output=True, text=True, timeout=600
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr

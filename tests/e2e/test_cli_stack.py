@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from essaflow.local_stack import _pid_alive
+from devstack.process import _pid_alive
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def essaflow(*args: str, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
     proc = subprocess.run(
-        [sys.executable, "-m", "essaflow.cli", *args],
+        [sys.executable, "-m", "cli.main", *args],
         cwd=REPO,
         env=env or dict(os.environ),
         capture_output=True,

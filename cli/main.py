@@ -276,8 +276,8 @@ def stack_up(
     worker: Annotated[bool, typer.Option(help="also start a process worker for the essaflow-process pool")] = True,
 ) -> None:
     """Start every server that is not running (127.0.0.1); print their URLs, PIDs, start times and memory."""
-    from essaflow import stack
-    from essaflow.local_stack import ServiceError
+    from devstack import stack
+    from devstack.process import ServiceError
 
     start = time.perf_counter()
     try:
@@ -298,7 +298,7 @@ def stack_up(
 @stack_app.command("down")
 def stack_down(state_dir: StateOpt = None) -> None:
     """Stop the stack's servers by PID, each process group: SIGINT (Ray, worker) or SIGTERM, then SIGKILL."""
-    from essaflow import stack
+    from devstack import stack
 
     _emit({"state_dir": str(stack.state_dir(state_dir)), "services": stack.down(state_dir)})
 
@@ -306,7 +306,7 @@ def stack_down(state_dir: StateOpt = None) -> None:
 @stack_app.command("status")
 def stack_status(state_dir: StateOpt = None) -> None:
     """Which servers run, whether they answer, their memory."""
-    from essaflow import stack
+    from devstack import stack
 
     services = stack.status(state_dir)
     for name, info in services.items():
@@ -322,7 +322,7 @@ def stack_env(state_dir: StateOpt = None) -> None:
     """Print `export` lines pointing a shell at the stack (includes its credentials: do not paste them anywhere)."""
     import shlex
 
-    from essaflow import stack
+    from devstack import stack
 
     sd = stack.state_dir(state_dir)
     if not (sd / "ports.json").exists():
@@ -340,7 +340,7 @@ def deploy(
     import subprocess
     import sys
 
-    from essaflow.stack import PROJECT_DIR
+    from devstack.stack import PROJECT_DIR
 
     if not os.environ.get("PREFECT_API_URL"):
         typer.echo(

@@ -21,7 +21,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from essaflow.local_stack import (
+from devstack.process import (
     LOCALHOST,
     Service,
     free_ports,
