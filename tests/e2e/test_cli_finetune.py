@@ -37,14 +37,22 @@ def essaflow(workdir: Path, *args: str) -> tuple[dict, str]:
     env.update({"PREFECT_HOME": str(workdir / "prefect-home"), "ESSAFLOW_CACHE_DIR": os.environ["ESSAFLOW_CACHE_DIR"]})
     env.pop("ESSAFLOW_STORAGE_URI", None)
     proc = subprocess.run(
-        [sys.executable, "-m", "essaflow.cli", *args], cwd=workdir, env=env, capture_output=True, text=True, timeout=600
+        [sys.executable, "-m", "cli.main", *args], cwd=workdir, env=env, capture_output=True, text=True, timeout=600
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
 
 
-def test_run_prints_the_pipeline_summary_as_its_last_json_line(workdir):
+@pytest.fixture(scope="module")
+def first_run(workdir) -> dict:
+    """The module's first `essaflow run` (version 1, the champion): every test that needs it takes this fixture, so
+    each test passes alone and the run happens once however many of them run."""
     out, _ = essaflow(workdir, "run", "tiny.yaml", "--no-progress")
+    return out
+
+
+def test_run_prints_the_pipeline_summary_as_its_last_json_line(workdir, first_run):
+    out = first_run
     assert set(out) >= KEYS
     assert out["model_name"] == "e2e-tiny" and out["model_version"] == "1" and out["aliases"] == ["champion"]
     assert out["storage_uri"] == (workdir / ".essaflow" / "store").as_uri()
@@ -61,7 +69,7 @@ def test_run_prints_the_pipeline_summary_as_its_last_json_line(workdir):
     assert 0 < out["overhead"]["share"] < 1
 
 
-def test_a_second_run_hits_the_dataset_cache_and_meets_the_promotion_gate(workdir):
+def test_a_second_run_hits_the_dataset_cache_and_meets_the_promotion_gate(workdir, first_run):
     out, _ = essaflow(workdir, "run", "tiny.yaml", "--no-progress")
     assert out["cached"] == ["prepare_dataset"]
     assert out["model_version"] == "2"
@@ -69,7 +77,7 @@ def test_a_second_run_hits_the_dataset_cache_and_meets_the_promotion_gate(workdi
     assert out["aliases"] == ["challenger"] and "does not beat v1" in out["decision"]
 
 
-def test_eval_scores_the_champion_from_the_registry(workdir):
+def test_eval_scores_the_champion_from_the_registry(workdir, first_run):
     out, _ = essaflow(workdir, "eval", "--model", "e2e-tiny", "--alias", "champion", "-c", "tiny.yaml")
     assert out["model"] == "e2e-tiny@champion"
     assert set(out["pass_at_k"]) == {"greedy", "pass@1", "pass@2", "pass@4"}

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from essaflow.local_stack import _pid_alive
+from devstack.process import _pid_alive
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def essaflow(*args: str, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
     proc = subprocess.run(
-        [sys.executable, "-m", "essaflow.cli", *args],
+        [sys.executable, "-m", "cli.main", *args],
         cwd=REPO,
         env=env or dict(os.environ),
         capture_output=True,
@@ -33,14 +33,21 @@ def essaflow(*args: str, env: dict | None = None, check: bool = True) -> subproc
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory):
+def state_dir(tmp_path_factory):
+    """The module's state directory; whatever still runs there at the end is stopped."""
     state = tmp_path_factory.mktemp("stack")
-    up = essaflow("stack", "up", "--state-dir", str(state))
-    services = json.loads(up.stdout.strip().splitlines()[-1])["services"]
     try:
-        yield state, services
+        yield state
     finally:
         essaflow("stack", "down", "--state-dir", str(state), check=False)
+
+
+@pytest.fixture
+def stack(state_dir):
+    """A running stack, whatever ran before: `stack up` starts only what is not running (everything the first time,
+    nothing after another test, everything again after test_stack_down), so any test passes alone or in any order."""
+    up = essaflow("stack", "up", "--state-dir", str(state_dir))
+    return state_dir, json.loads(up.stdout.strip().splitlines()[-1])["services"]
 
 
 def test_stack_up_starts_every_server_on_localhost_with_pid_and_log_in_one_state_dir(stack):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from essaflow.local_stack import Service, ServiceError, free_port, start_seaweedfs, weed_binary
+from devstack import Service, ServiceError, free_port, start_seaweedfs, weed_binary
 from essaflow.storage import S3Store, open_store
 
 
@@ -129,7 +129,7 @@ class Server:
     """A started server with how long it took to answer and its memory (whole process group) right after."""
 
     def __init__(self, service: Service, state_dir: Path, start_s: float):
-        from essaflow.stack import rss_mb
+        from devstack import rss_mb
 
         self.service, self.state_dir, self.start_s = service, state_dir, round(start_s, 1)
         self.url = service.url
@@ -150,7 +150,7 @@ def _timed_start(start, *args, **kw) -> tuple[Service, float]:
 @pytest.fixture(scope="session")
 def prefect_server(tmp_path_factory) -> Iterator[Server]:
     """`prefect server start` with its own home and sqlite database; the scheduler is off (tests trigger runs)."""
-    from essaflow.local_stack import start_prefect_server
+    from devstack import start_prefect_server
 
     sd = tmp_path_factory.mktemp("prefect-server")
     svc, took = _timed_start(start_prefect_server, sd, free_port(), scheduler=False)
@@ -163,7 +163,7 @@ def prefect_server(tmp_path_factory) -> Iterator[Server]:
 @pytest.fixture(scope="session")
 def mlflow_server(tmp_path_factory, seaweedfs) -> Iterator[Server]:
     """`mlflow server`: sqlite backend, artifacts proxied to the session SeaweedFS bucket under mlflow/."""
-    from essaflow.local_stack import start_mlflow_server
+    from devstack import start_mlflow_server
 
     sd = tmp_path_factory.mktemp("mlflow-server")
     s3 = {
@@ -183,7 +183,7 @@ def mlflow_server(tmp_path_factory, seaweedfs) -> Iterator[Server]:
 @pytest.fixture(scope="session")
 def ray_head(tmp_path_factory) -> Iterator[Server]:
     """`ray start --head --block` with token auth (token file in its state dir)."""
-    from essaflow.local_stack import start_ray_head
+    from devstack import start_ray_head
 
     sd = tmp_path_factory.mktemp("ray-head")
     svc, took = _timed_start(start_ray_head, sd, free_port(), num_cpus=2)
@@ -192,7 +192,7 @@ def ray_head(tmp_path_factory) -> Iterator[Server]:
     finally:
         import shutil
 
-        from essaflow.local_stack import stop_interrupting
+        from devstack import stop_interrupting
 
         stop_interrupting(svc)
         tmpdir = sd / "ray.tmpdir"
@@ -204,7 +204,7 @@ class PipelineStack:
     """The four servers together, the environment pointing a process at them, and every secret they use."""
 
     def __init__(self, prefect: Server, mlflow: Server, ray: Server, s3: SeaweedFS, prefix: str):
-        from essaflow.local_stack import ray_env
+        from devstack import ray_env
 
         self.prefect, self.mlflow, self.ray, self.s3 = prefect, mlflow, ray, s3
         self.storage_uri = f"s3://{s3.bucket}/{prefix}"

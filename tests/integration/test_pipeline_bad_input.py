@@ -10,7 +10,7 @@ import uuid
 import pytest
 import yaml
 
-from essaflow.local_stack import free_port
+from devstack import free_port
 from tests.integration.pipeline_support import REPO, leaks, tiny
 
 pytestmark = pytest.mark.integration
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.integration
 def _run(cfg: dict, env: dict, tmp_path) -> subprocess.CompletedProcess:
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    cmd = [sys.executable, "-m", "essaflow.cli", "run", str(path), "--no-progress"]
+    cmd = [sys.executable, "-m", "cli.main", "run", str(path), "--no-progress"]
     return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
 
 

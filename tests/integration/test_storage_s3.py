@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from essaflow.local_stack import free_port
+from devstack import free_port
 from essaflow.storage import MANIFEST, S3Store, StorageError, open_store
 
 pytestmark = pytest.mark.integration

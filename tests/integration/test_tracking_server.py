@@ -10,9 +10,9 @@ import uuid
 import pytest
 import torch
 
+from devstack import free_port
 from essaflow import tracking
 from essaflow.config import ModelConfig, PipelineConfig, SamplingConfig
-from essaflow.local_stack import free_port
 
 pytestmark = pytest.mark.integration
 

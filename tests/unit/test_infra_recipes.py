@@ -223,7 +223,7 @@ def test_raycluster_manifest_has_the_crd_fields_and_gpu_workers():
 def test_rayjob_manifest_has_the_crd_fields_and_a_runnable_entrypoint():
     import typer.main
 
-    from essaflow.cli import app
+    from cli.main import app
     from essaflow.config import load_config
 
     doc = load_yaml("k8s/rayjob.yaml")

@@ -29,8 +29,8 @@ from pathlib import Path
 
 import pytest
 
+from devstack import LOCALHOST, Service, free_ports, start_process
 from essaflow import cluster
-from essaflow.local_stack import LOCALHOST, Service, free_ports, start_process
 
 REPO = Path(__file__).resolve().parents[3]
 # Node death is noticed after period x threshold of missed GCS health checks (Ray's default 3 s x 5).

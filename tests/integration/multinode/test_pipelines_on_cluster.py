@@ -62,7 +62,7 @@ def run_and_kill_node(
     env = stack.subprocess_env(ESSAFLOW_CACHE_DIR=str(cache), **address_env, **driver.cluster.auth_env)
     with open(log, "w") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "essaflow.cli", "run", str(tmp_path / "run.yaml"), "--no-progress", "--verbose"],
+            [sys.executable, "-m", "cli.main", "run", str(tmp_path / "run.yaml"), "--no-progress", "--verbose"],
             cwd=REPO,
             env=env,
             stdout=subprocess.PIPE,
@@ -158,7 +158,7 @@ def test_a_run_asking_more_than_the_cluster_holds_fails_before_any_compute(pipel
     )
     t0 = time.monotonic()
     proc = subprocess.run(
-        [sys.executable, "-m", "essaflow.cli", "run", str(tmp_path / "run.yaml"), "--no-progress"],
+        [sys.executable, "-m", "cli.main", "run", str(tmp_path / "run.yaml"), "--no-progress"],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -177,7 +177,7 @@ def test_a_run_asking_more_than_the_cluster_holds_fails_before_any_compute(pipel
     def check(*overrides: str) -> subprocess.CompletedProcess:
         argv = ["check-config", "-c", str(tmp_path / "run.yaml"), "--cluster", *(f"--set={o}" for o in overrides)]
         return subprocess.run(
-            [sys.executable, "-m", "essaflow.cli", *argv],
+            [sys.executable, "-m", "cli.main", *argv],
             cwd=REPO,
             env=env,
             capture_output=True,

@@ -21,21 +21,12 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from essaflow.local_stack import (
-    LOCALHOST,
-    Service,
-    free_ports,
-    load_service,
-    port_open,
-    prefect_server_env,
-    ray_env,
-    start_mlflow_server,
-    start_prefect_server,
-    start_prefect_worker,
-    start_ray_head,
-    start_seaweedfs,
-    stop_interrupting,
-)
+from devstack.mlflow_server import start_mlflow_server
+from devstack.ports import LOCALHOST, free_ports, port_open
+from devstack.prefect_server import prefect_server_env, start_prefect_server, start_prefect_worker
+from devstack.process import Service, load_service, stop_interrupting
+from devstack.ray_head import ray_env, start_ray_head
+from devstack.seaweedfs import start_seaweedfs
 
 BUCKET = "essaflow"
 POOL = "essaflow-process"

@@ -1,0 +1,43 @@
+"""`essaflow check-config`: validate a config, and optionally check it against the joined Ray cluster."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from cli.common import ConfigOpt, SetOpt, load
+
+
+def check_config(
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+    cluster: Annotated[
+        bool, typer.Option("--cluster", help="also check that the Ray cluster (ray_address / RAY_ADDRESS) fits")
+    ] = False,
+) -> None:
+    """Validate a config (and overrides) without running anything; prints the resolved config.
+
+    With --cluster, joins the run's Ray cluster and checks its nodes can hold the training workers (the check the
+    pipeline's first task makes), listing the nodes on stderr.
+    """
+    cfg = load(config, set_)
+    if cluster:
+        from essaflow.cluster import ClusterCapacityError, describe_cluster
+        from essaflow.training_cluster import check_training_fits, joins_existing_cluster
+
+        if not joins_existing_cluster(cfg):
+            typer.echo("no cluster to check: neither ray_address nor RAY_ADDRESS is set (a local Ray starts)", err=True)
+        else:
+            try:
+                request = check_training_fits(cfg)
+            except ClusterCapacityError as err:
+                typer.echo(f"error: ClusterCapacityError: {err}", err=True)
+                raise typer.Exit(1) from None
+            for n in describe_cluster():
+                typer.echo(
+                    f"node {n.node_id[:8]} {'head' if n.is_head else 'worker'}: {n.cpus:g} CPU, {n.gpus:g} GPU",
+                    err=True,
+                )
+            typer.echo(f"training workers fit: {request or 'training uses no Ray workers'}", err=True)
+    typer.echo(cfg.model_dump_json(indent=2))

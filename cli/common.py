@@ -1,0 +1,62 @@
+"""What the commands share: the config options, loading a config, the JSON line last, logging, service defaults."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from essaflow.config import ConfigError, PipelineConfig, load_config
+
+ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="YAML preset (configs/*.yaml)")]
+SetOpt = Annotated[list[str] | None, typer.Option("--set", help="dotted override, e.g. essa.population=48")]
+
+
+def load(config: Path | None, overrides: list[str] | None, **forced: Any) -> PipelineConfig:
+    """The config from a preset and dotted overrides, with ``forced`` fields on top; a bad config exits with 2."""
+    try:
+        cfg = load_config(config, overrides)
+        return cfg.model_copy(update=forced) if forced else cfg
+    except ConfigError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
+
+
+def emit(result: dict[str, Any]) -> None:
+    """The command's outcome as one JSON line on stdout (the last line it prints)."""
+    typer.echo(json.dumps(result))
+
+
+def setup_logging(verbose: bool) -> None:
+    """Plain logging for the jobs that run without Prefect."""
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
+
+
+#: Quiet, local-only defaults for the services a flow talks to (the user's own settings win).
+SERVICE_ENV = {
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "MLFLOW_DISABLE_TELEMETRY": "true",
+    "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
+    "PREFECT_LOGGING_EXTRA_LOGGERS": "essaflow",
+    "TOKENIZERS_PARALLELISM": "false",
+    # Prefect's temporary local server needs longer than its 20 s default to start on 2 busy cores.
+    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "180",
+}
+
+
+def flow_logging(verbose: bool) -> None:
+    """Flows log through Prefect's own handlers (with task run names); essaflow's loggers ride along."""
+    if verbose:
+        os.environ.setdefault("PREFECT_LOGGING_LEVEL", "DEBUG")
+
+
+def service_env() -> None:
+    """Apply SERVICE_ENV to this process, keeping whatever the user already set."""
+    for key, value in SERVICE_ENV.items():
+        os.environ.setdefault(key, value)

@@ -1,0 +1,23 @@
+"""`essaflow` command line. Every job prints one JSON line last, so scripts can parse the outcome."""
+
+from __future__ import annotations
+
+import typer
+
+from cli import check, deploy, jobs, pipeline, stack
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+# Registered here, in the order `essaflow --help` lists them; each command lives in the module of its concern.
+app.command()(pipeline.demo)
+app.command()(pipeline.run)
+app.command("eval")(pipeline.eval_)
+app.command()(jobs.essa)
+app.command()(jobs.grpo)
+app.command("check-config")(check.check_config)
+app.command("build-tiny")(jobs.build_tiny)
+app.add_typer(stack.stack_app, name="stack")
+app.command()(deploy.deploy)
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,144 @@
+"""`essaflow demo|run|eval`: the Prefect flows, run in this process, with progress bars on stderr."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from cli.common import ConfigOpt, SetOpt, emit, flow_logging, load, service_env
+from essaflow.config import PipelineConfig
+
+
+@contextmanager
+def progress_bars(enabled: bool) -> Iterator[None]:
+    """Rich bars for the pipeline's stages and for training, fed by tasks.progress while the flow runs here."""
+    if not enabled:
+        yield
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from tasks.progress import LISTENERS
+
+    bars: dict[str, Any] = {}
+    columns = (TextColumn("{task.description:>9}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, TextColumn("{task.fields[note]}"), console=Console(stderr=True)) as bar:
+
+        def listener(stage: str, done: float, total: float, note: str) -> None:
+            if stage not in bars:
+                bars[stage] = bar.add_task(stage, total=total, note="")
+            bar.update(bars[stage], completed=done, total=total, note=note[:60])
+
+        LISTENERS.append(listener)
+        try:
+            yield
+        finally:
+            LISTENERS.remove(listener)
+
+
+def finetune_summary(cfg: PipelineConfig, progress: bool) -> dict[str, Any]:
+    """Run the finetune flow in this process (Prefect's temporary local API unless PREFECT_API_URL is set)."""
+    start = time.perf_counter()
+    service_env()
+    from flows.finetune import finetune
+
+    try:
+        with progress_bars(progress):
+            result = finetune(cfg)
+    except Exception as err:
+        from essaflow.tracking import scrub
+
+        typer.echo(f"error: {type(err).__name__}: {scrub(str(err))}", err=True)
+        raise typer.Exit(1) from None
+    wall = round(time.perf_counter() - start, 2)
+    out = result.model_dump()
+    compute = out["parts"]["compute"]
+    out["wall_s"] = wall
+    out["overhead"] = {
+        "storage_s": out["parts"]["storage"],
+        "tracking_s": out["parts"]["tracking"],
+        "orchestration_s": round(wall - sum(out["parts"].values()), 2),
+        "share": round((wall - compute) / wall, 3) if wall else 0.0,
+    }
+    keys = ["before", "after", "model_name", "model_version", "aliases", "tracking_uri", "storage_uri", "wall_s"]
+    return (
+        {k: out[k] for k in keys}
+        | {"stages": out["stages"]}
+        | {
+            k: out[k]
+            for k in ("run_id", "mlflow_run_id", "decision", "training", "cached", "flow_s", "overhead", "parts")
+        }
+    )
+
+
+def demo(
+    method: Annotated[str, typer.Option(help="essa | fgrpo | none")] = "essa",
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+    progress: Annotated[bool, typer.Option(help="progress bars on stderr")] = True,
+    verbose: bool = False,
+) -> None:
+    """The main job on the embedded default: the whole finetune flow (tiny model, synthetic data, local services)."""
+    flow_logging(verbose)
+    if config is None:
+        preset = {"essa": "tiny-essa.yaml", "fgrpo": "tiny-fgrpo.yaml"}.get(method, "tiny.yaml")
+        config = Path(__file__).resolve().parent.parent / "configs" / preset
+        config = config if config.exists() else None
+    cfg = load(config, set_, method=method)
+    emit(finetune_summary(cfg, progress))
+
+
+def run(
+    config: Annotated[Path, typer.Argument(help="YAML preset (configs/*.yaml)")],
+    set_: SetOpt = None,
+    progress: Annotated[bool, typer.Option(help="progress bars on stderr")] = True,
+    verbose: bool = False,
+) -> None:
+    """Run the finetune flow locally: data -> pass@k -> SFT -> ESSA/F-GRPO -> pass@k -> MLflow registry."""
+    flow_logging(verbose)
+    emit(finetune_summary(load(config, set_), progress))
+
+
+def eval_(
+    model: Annotated[str, typer.Option("--model", help="registered model name")] = "tiny-arith",
+    alias: Annotated[str, typer.Option(help="alias to evaluate")] = "champion",
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+    verbose: bool = False,
+) -> None:
+    """pass@k of a registered model version (models:/MODEL@ALIAS) with the config's data and eval protocol."""
+    flow_logging(verbose)
+    cfg = load(config, set_)
+    service_env()
+    from flows.evaluate import EvaluateParams, evaluate_model
+
+    params = EvaluateParams(
+        model_name=model,
+        alias=alias,
+        data=cfg.data,
+        eval=cfg.eval,
+        sampling=cfg.sampling,
+        storage_uri=cfg.storage_uri,
+        tracking_uri=cfg.tracking_uri,
+    )
+    start = time.perf_counter()
+    try:
+        ref = evaluate_model(params)
+    except Exception as err:
+        from essaflow.tracking import scrub
+
+        typer.echo(f"error: {type(err).__name__}: {scrub(str(err))}", err=True)
+        raise typer.Exit(1) from None
+    emit(
+        {
+            "model": f"{model}@{alias}",
+            "pass_at_k": ref.summary,
+            "report_uri": ref.uri,
+            "wall_s": round(time.perf_counter() - start, 2),
+        }
+    )
