@@ -15,18 +15,18 @@ def essa(config: ConfigOpt = None, set_: SetOpt = None, verbose: bool = False) -
     """SFT warm start (cached) then ESSA; prints before/after held-out accuracy as JSON last."""
     setup_logging(verbose)
     cfg = load(config, set_, method="essa")
-    from essaflow.essa.job import run_essa_job
+    from essaflow.job import run_training_job
 
-    emit(run_essa_job(cfg))
+    emit(run_training_job(cfg))
 
 
 def grpo(config: ConfigOpt = None, set_: SetOpt = None, verbose: bool = False) -> None:
     """SFT warm start (cached) then GRPO / F-GRPO; prints before/after held-out accuracy as JSON last."""
     setup_logging(verbose)
     cfg = load(config, set_, method="fgrpo")
-    from essaflow.grpo.job import run_grpo_job
+    from essaflow.job import run_training_job
 
-    emit(run_grpo_job(cfg))
+    emit(run_training_job(cfg))
 
 
 def build_tiny(out: Annotated[Path | None, typer.Option(help="target directory")] = None) -> None:
