@@ -11,6 +11,7 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from pydantic import Field
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from essaflow.atomic_dir import atomic_dir
 from essaflow.config_base import StrictConfig, trajectory
 from essaflow.devices import resolve_device
 from essaflow.tiny_model import cache_root, tiny_base_path
@@ -112,6 +113,19 @@ def save_adapter(model: PeftModel, out_dir: str | Path, tokenizer: PreTrainedTok
     if tokenizer is not None:
         tokenizer.save_pretrained(out)
     return out
+
+
+def save_adapter_atomic(
+    model: PeftModel, dest_dir: str | Path, tokenizer: PreTrainedTokenizerBase | None = None
+) -> Path:
+    """`save_adapter` into a temporary sibling, manifest.json last, then swapped in as dest_dir.
+
+    An existing dest_dir stays in place until the new adapter is complete (see essaflow.atomic_dir).
+    """
+    dest = Path(dest_dir)
+    with atomic_dir(dest) as tmp:
+        save_adapter(model, tmp, tokenizer)
+    return dest
 
 
 def load_adapter(base: PreTrainedModel, adapter_dir: str | Path, trainable: bool = False) -> PeftModel:

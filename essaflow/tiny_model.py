@@ -13,8 +13,6 @@ import json
 import logging
 import os
 import random
-import shutil
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -23,6 +21,7 @@ import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from essaflow.atomic_dir import atomic_dir, committed_manifest
 from essaflow.data.synthetic import ALPHABET, synthetic_problems
 
 log = logging.getLogger(__name__)
@@ -125,19 +124,15 @@ def build_tiny_base(out_dir: Path, recipe: TinyRecipe = TinyRecipe()) -> Path:
             log.info("tiny-base pretrain step %d loss %.3f", step, out.loss.item())
     model.eval()
     out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=".tmp-tiny-"))
-    model.save_pretrained(tmp, safe_serialization=True)
-    tokenizer.save_pretrained(tmp)
-    meta = {
-        "recipe": asdict(recipe),
-        "digest": recipe.digest(),
-        "build_s": round(time.perf_counter() - start, 1),
-    }
-    (tmp / "essaflow_recipe.json").write_text(json.dumps(meta, indent=2))
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    os.replace(tmp, out_dir)
+    with atomic_dir(out_dir) as tmp:  # manifest.json last; an older copy is kept until this one is in place
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        meta = {
+            "recipe": asdict(recipe),
+            "digest": recipe.digest(),
+            "build_s": round(time.perf_counter() - start, 1),
+        }
+        (tmp / "essaflow_recipe.json").write_text(json.dumps(meta, indent=2))
     return out_dir
 
 
@@ -151,7 +146,7 @@ def tiny_base_path(recipe: TinyRecipe = TinyRecipe()) -> Path:
     if shipped_meta.exists() and json.loads(shipped_meta.read_text()).get("digest") == recipe.digest():
         return SHIPPED
     target = cache_root() / f"tiny-base-{recipe.digest()}"
-    if not (target / "essaflow_recipe.json").exists():
+    if committed_manifest(target, legacy_marker="essaflow_recipe.json") is None:
         log.info("building tiny base model %s (one time)", recipe.digest())
         build_tiny_base(target, recipe)
     return target

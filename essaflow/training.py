@@ -16,9 +16,9 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
+from essaflow.artifacts import publish_dir, restore_checkpoint, sync_checkpoint
 from essaflow.config import PipelineConfig
 from essaflow.data import Splits
-from essaflow.pipeline_io import publish_dir, restore_checkpoint, sync_checkpoint
 from essaflow.results import TrainCallbacks, TrainResult
 from essaflow.storage import ArtifactStore
 

@@ -9,8 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
-import shutil
 import tempfile
 from pathlib import Path
 
@@ -18,6 +16,7 @@ import torch
 from peft import PeftModel
 from transformers import PreTrainedTokenizerBase
 
+from essaflow.atomic_dir import atomic_dir, committed_manifest
 from essaflow.config import DataConfig, EvalConfig, ModelConfig, PipelineConfig, SamplingConfig, SFTConfig
 from essaflow.data import Splits, load_problems, split_problems
 from essaflow.data.schema import Problem
@@ -62,15 +61,11 @@ def train_sft_adapter(model_cfg: ModelConfig, sft_cfg: SFTConfig, problems: list
     tok = load_tokenizer(model_cfg)
     model = attach_lora(load_base_model(model_cfg), model_cfg, seed=sft_cfg.seed)
     result = train_sft(model, tok, problems, sft_cfg)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=".tmp-sft-"))
-    save_adapter(model, tmp, tok)
-    (tmp / "sft_result.json").write_text(
-        json.dumps({"steps": result.steps, "final_loss": result.final_loss, "wall_s": result.wall_s})
-    )
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    os.replace(tmp, out_dir)
+    with atomic_dir(out_dir) as tmp:  # manifest.json last; an older copy is kept until this one is in place
+        save_adapter(model, tmp, tok)
+        (tmp / "sft_result.json").write_text(
+            json.dumps({"steps": result.steps, "final_loss": result.final_loss, "wall_s": result.wall_s})
+        )
     return out_dir
 
 
@@ -79,7 +74,7 @@ def cached_sft_adapter(cfg: PipelineConfig, splits: Splits) -> Path:
     if cfg.adapter_uri:
         return Path(cfg.adapter_uri.removeprefix("file://"))
     target = cache_root() / "sft" / sft_key(cfg.model, cfg.sft, splits.sft)
-    if not (target / "adapter_config.json").exists():
+    if committed_manifest(target, legacy_marker="sft_result.json") is None:
         log.info("training SFT warm start -> %s", target)
         train_sft_adapter(cfg.model, cfg.sft, splits.sft, target)
     return target

@@ -7,7 +7,7 @@ from pydantic import BaseModel, ConfigDict
 
 from essaflow import tracking
 from essaflow.config import DataConfig, EvalConfig, PipelineConfig, SamplingConfig
-from essaflow.pipeline_io import EvalRef
+from essaflow.refs import EvalRef
 from tasks.data import prepare_dataset
 from tasks.evaluation import evaluate_registered
 from tasks.run import mark_failed, open_run, tracked

@@ -9,7 +9,7 @@ from __future__ import annotations
 from prefect import flow
 
 from essaflow.config import PipelineConfig
-from essaflow.pipeline_io import PipelineResult
+from essaflow.refs import PipelineResult
 from tasks.data import prepare_dataset
 from tasks.evaluation import evaluate
 from tasks.model import build_base_model

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from prefect import flow
 
+from essaflow.artifacts import check_storage, storage_uri_for
 from essaflow.config import DataConfig, PipelineConfig
-from essaflow.pipeline_io import DatasetRef, check_storage, storage_uri_for
+from essaflow.refs import DatasetRef
 from tasks.data import prepare_dataset
 
 

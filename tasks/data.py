@@ -9,9 +9,11 @@ from typing import Any
 
 from prefect import get_run_logger, task
 
+from essaflow.artifacts import config_hash, dataset_name, publish_dataset
 from essaflow.config import DataConfig
-from essaflow.pipeline_io import DatasetRef, Timer, config_hash, dataset_name, publish_dataset
+from essaflow.refs import DatasetRef
 from essaflow.storage import MANIFEST, StorageError, open_store
+from essaflow.timing import Timer
 from essaflow.warm_start import prepare_splits
 from tasks.retry import retry_policy
 from tasks.run import record_stage

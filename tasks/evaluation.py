@@ -9,18 +9,11 @@ from prefect import get_run_logger, task
 from prefect.artifacts import create_table_artifact
 
 from essaflow import tracking
+from essaflow.artifacts import fetch_dir, publish_eval, read_dataset
 from essaflow.config import EvalConfig, ModelConfig, PipelineConfig, SamplingConfig
-from essaflow.pipeline_io import (
-    AdapterRef,
-    DatasetRef,
-    EvalRef,
-    RunRef,
-    Timer,
-    fetch_dir,
-    publish_eval,
-    read_dataset,
-)
+from essaflow.refs import AdapterRef, DatasetRef, EvalRef, RunRef
 from essaflow.storage import open_store
+from essaflow.timing import Timer
 from essaflow.warm_start import evaluate_adapter, evaluate_output
 from tasks.retry import retry_policy
 from tasks.run import record_stage, tracked

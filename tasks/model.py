@@ -9,7 +9,8 @@ from prefect import get_run_logger, task
 
 from essaflow.config import ModelConfig
 from essaflow.models import resolve_model_path
-from essaflow.pipeline_io import ModelRef, Timer
+from essaflow.refs import ModelRef
+from essaflow.timing import Timer
 from tasks.retry import retry_policy
 from tasks.run import record_stage
 

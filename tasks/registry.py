@@ -7,18 +7,10 @@ import json
 from prefect import get_run_logger, task
 
 from essaflow import tracking
+from essaflow.artifacts import fetch_dir, read_eval_report
 from essaflow.config import PipelineConfig
-from essaflow.pipeline_io import (
-    AdapterRef,
-    DatasetRef,
-    EvalRef,
-    ModelRef,
-    RegisteredRef,
-    RunRef,
-    Timer,
-    fetch_dir,
-    read_eval_report,
-)
+from essaflow.refs import AdapterRef, DatasetRef, EvalRef, ModelRef, RegisteredRef, RunRef
+from essaflow.timing import Timer
 from tasks.retry import retry_policy
 from tasks.run import record_stage, tracked
 

@@ -13,19 +13,10 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.runtime import flow_run
 
 from essaflow import tracking
+from essaflow.artifacts import check_storage, storage_uri_for
 from essaflow.config import PipelineConfig
-from essaflow.pipeline_io import (
-    AdapterRef,
-    DatasetRef,
-    EvalRef,
-    ModelRef,
-    PipelineResult,
-    RegisteredRef,
-    RunRef,
-    Timer,
-    check_storage,
-    storage_uri_for,
-)
+from essaflow.refs import AdapterRef, DatasetRef, EvalRef, ModelRef, PipelineResult, RegisteredRef, RunRef
+from essaflow.timing import Timer
 from essaflow.training_cluster import check_training_fits
 from tasks.progress import notify
 

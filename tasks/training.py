@@ -17,20 +17,12 @@ from typing import Any
 from prefect import get_run_logger, task
 
 from essaflow import tracking, training
+from essaflow.artifacts import fetch_dir, local_digest, manifest_digest, publish_dir, read_dataset
 from essaflow.config import PipelineConfig
-from essaflow.pipeline_io import (
-    AdapterRef,
-    DatasetRef,
-    RunRef,
-    Timer,
-    fetch_dir,
-    local_digest,
-    manifest_digest,
-    publish_dir,
-    read_dataset,
-)
+from essaflow.refs import AdapterRef, DatasetRef, RunRef
 from essaflow.results import TrainCallbacks
 from essaflow.storage import StorageError, open_store
+from essaflow.timing import Timer
 from essaflow.tiny_model import cache_root
 from essaflow.tracking_buffer import BufferedStepMetrics
 from essaflow.training import RunStorage

@@ -3,72 +3,68 @@
 Layout of one checkpoint, `<checkpoint_dir>/<generation, 8 digits>/`:
 
     <part>.json, <part>.npz   one pair per saved part (strategy, sampler, trainer), arrays loaded allow_pickle=False
-    manifest.json             written last: generation, format, sha256 of every other file
+    manifest.json             written last (essaflow.manifest): sha256 + size of every other file, and
+                              format, generation, parts
 
-The directory is assembled under a hidden temporary name and renamed into place, so a crash leaves either a
-complete checkpoint or a `.tmp-*` directory that is ignored (and cleaned at the next write). A checkpoint counts
-only if its manifest exists and every checksum matches (ARCHITECTURE.md "Storage layout": nothing read back
-executes code).
+The directory is written by `essaflow.atomic_dir`: assembled under a hidden temporary name, fsynced and swapped
+into place, an existing copy of the same generation kept until the new one is in. A checkpoint counts only if its
+manifest exists and every checksum matches (ARCHITECTURE.md "Storage layout": nothing read back executes code).
+Checkpoints of the previous format (1: a flat {file: sha256} table) are still read.
 """
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-FORMAT = 1
-MANIFEST = "manifest.json"
+from essaflow.atomic_dir import atomic_dir, committed_manifest, recover_children
+from essaflow.digest import sha256_file
+from essaflow.manifest import MANIFEST
+
+FORMAT = 2
+LEGACY_FORMAT = 1  # manifest {"format": 1, "generation", "parts", "sha256": {file: hex}}
 Part = tuple[dict[str, Any], dict[str, np.ndarray]]
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def write_checkpoint(checkpoint_dir: Path, generation: int, parts: dict[str, Part]) -> Path:
     """Write parts {name: (json_dict, arrays)} as checkpoint `generation`; returns its directory."""
-    checkpoint_dir.mkdir(parents=True, exist_ok=True)
-    for stale in checkpoint_dir.glob(".tmp-*"):
-        shutil.rmtree(stale, ignore_errors=True)
-    tmp = Path(tempfile.mkdtemp(dir=checkpoint_dir, prefix=f".tmp-{generation:08d}-"))
-    files = {}
-    for name, (meta, arrays) in parts.items():
-        (tmp / f"{name}.json").write_text(json.dumps(meta, indent=1))
-        buf = io.BytesIO()
-        np.savez(buf, **arrays)
-        (tmp / f"{name}.npz").write_bytes(buf.getvalue())
-        files[f"{name}.json"] = _sha256(tmp / f"{name}.json")
-        files[f"{name}.npz"] = _sha256(tmp / f"{name}.npz")
-    manifest = {"format": FORMAT, "generation": generation, "parts": sorted(parts), "sha256": files}
-    (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
-    final = checkpoint_dir / f"{generation:08d}"
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
+    final = Path(checkpoint_dir) / f"{generation:08d}"
+    with atomic_dir(final, format=FORMAT, generation=generation, parts=sorted(parts)) as tmp:
+        for name, (meta, arrays) in parts.items():
+            (tmp / f"{name}.json").write_text(json.dumps(meta, indent=1))
+            buf = io.BytesIO()
+            np.savez(buf, **arrays)
+            (tmp / f"{name}.npz").write_bytes(buf.getvalue())
     return final
+
+
+def _legacy_complete(path: Path) -> bool:
+    try:
+        manifest = json.loads((path / MANIFEST).read_text())
+        return manifest["format"] == LEGACY_FORMAT and all(
+            sha256_file(path / f)[0] == h for f, h in manifest["sha256"].items()
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
 
 
 def is_complete(path: Path) -> bool:
     """True when the manifest exists and every listed file matches its checksum."""
-    try:
-        manifest = json.loads((path / MANIFEST).read_text())
-        return manifest["format"] == FORMAT and all(_sha256(path / f) == h for f, h in manifest["sha256"].items())
-    except (OSError, ValueError, KeyError):
-        return False
+    manifest = committed_manifest(path)
+    if manifest is not None:
+        return manifest.get("format") == FORMAT
+    return _legacy_complete(path)
 
 
 def latest_checkpoint(checkpoint_dir: Path | None) -> Path | None:
     """The complete checkpoint with the highest generation, or None."""
     if checkpoint_dir is None or not checkpoint_dir.is_dir():
         return None
+    recover_children(checkpoint_dir)  # a generation whose rewrite crashed mid-swap comes back
     candidates = sorted((p for p in checkpoint_dir.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
     for path in reversed(candidates):
         if is_complete(path):

@@ -27,6 +27,8 @@ from peft import PeftModel
 from peft.tuners.lora import LoraLayer
 from transformers import PreTrainedTokenizerBase
 
+from essaflow.atomic_dir import atomic_dir
+
 
 def trainable_per_factor(alpha: float, rank: int) -> int:
     """k = floor(alpha * r) singular values per factor (ESSA-v3 Alg. 1 line 6; Fig. 2: r=8, alpha=0.1 gives 0).
@@ -143,19 +145,20 @@ class SVDLoRA:
         """Save the rebuilt factors as a standard peft adapter (safetensors + adapter_config.json + tokenizer).
 
         It loads with plain `PeftModel.from_pretrained`; `essa_offsets.npy` and `essa.json` beside it record the
-        search point for provenance only. The model is left holding the offsets it held before the call.
+        search point for provenance only. The model is left holding the offsets it held before the call. Written
+        with `essaflow.atomic_dir` (manifest last, swapped in whole; an existing out_dir is replaced only then).
         """
         out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
         previous = self._current
         self.apply(offsets)
         try:
-            self.model.save_pretrained(out, safe_serialization=True)
-            if tokenizer is not None:
-                tokenizer.save_pretrained(out)
-            np.save(out / "essa_offsets.npy", np.asarray(offsets, dtype=np.float64), allow_pickle=False)
-            meta = {"alpha": self.alpha, "dimension": self.dimension, "matrices": self.num_matrices}
-            (out / "essa.json").write_text(json.dumps(meta, indent=2))
+            with atomic_dir(out) as tmp:
+                self.model.save_pretrained(tmp, safe_serialization=True)
+                if tokenizer is not None:
+                    tokenizer.save_pretrained(tmp)
+                np.save(tmp / "essa_offsets.npy", np.asarray(offsets, dtype=np.float64), allow_pickle=False)
+                meta = {"alpha": self.alpha, "dimension": self.dimension, "matrices": self.num_matrices}
+                (tmp / "essa.json").write_text(json.dumps(meta, indent=2))
         finally:
             self.apply(previous)
         return out

@@ -7,38 +7,32 @@ Layout of `checkpoint_dir/<step>/` (step = rollout steps completed):
     scheduler.pt              LR scheduler state_dict   (same)
     rng_rank<r>.pt            python / torch / cuda RNG states of every worker (same)
     trainer_state.json        step, world size, metrics so far
-    checkpoint_manifest.json  sha256 + size of every file above, written LAST
+    manifest.json             sha256 + size of every file above, written LAST (essaflow.manifest)
 
-Everything is written into `checkpoint_dir/.tmp-<step>/` and renamed into place, so a checkpoint either exists
-completely or not at all; `latest_checkpoint` also re-verifies the manifest (it protects copies made without a
-rename, e.g. uploads). The manifest is not called `manifest.json` because essaflow.storage reserves that name for
-its own upload manifest. Nothing read back executes code: safetensors, JSON, and `torch.load(weights_only=True)`.
+Every worker writes into `checkpoint_dir/.tmp-<step>/` (a name all ranks know); rank 0 commits it with
+`essaflow.atomic_dir` (manifest last, fsync, swap in, an existing copy of that step kept until the new one is in),
+so a checkpoint either exists completely or not at all; `latest_checkpoint` also re-verifies the manifest (it
+protects copies made without a rename, e.g. uploads). Checkpoints written before this format, with the same table
+in `checkpoint_manifest.json`, are still found. Nothing read back executes code: safetensors, JSON, and
+`torch.load(weights_only=True)`.
 
 In multi-worker runs checkpoint_dir must be visible to every worker (one machine, or a shared file system).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import random
-import shutil
 from pathlib import Path
 from typing import Any
 
 import torch
 
-MANIFEST = "checkpoint_manifest.json"
+from essaflow.atomic_dir import commit_dir, committed_manifest, recover_children, remove_dir
+from essaflow.manifest import MANIFEST, verify_manifest
+
+LEGACY_MANIFEST = "checkpoint_manifest.json"  # same table, older name
 KEEP_LAST = 3  # older complete checkpoints are pruned after a new one is committed
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def staging_dir(root: Path, step: int) -> Path:
@@ -81,44 +75,29 @@ def save_training_state(
 
 
 def commit(stage: Path, root: Path, step: int) -> Path:
-    """Write the manifest last, rename the staging directory to root/<step>, prune old checkpoints."""
-    files = {
-        str(p.relative_to(stage)): {"sha256": _sha256(p), "size": p.stat().st_size}
-        for p in sorted(stage.rglob("*"))
-        if p.is_file()
-    }
-    (stage / MANIFEST).write_text(json.dumps({"step": step, "files": files}, indent=1))
+    """Write the manifest last, fsync, swap the staging directory in as root/<step>, prune old checkpoints."""
     final = Path(root) / str(step)
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(stage, final)
+    commit_dir(stage, final, step=step)
     for old in complete_checkpoints(root)[:-KEEP_LAST]:
-        shutil.rmtree(old, ignore_errors=True)
+        remove_dir(old)
     return final
 
 
 def verify(path: Path) -> bool:
     """True when the manifest exists and every listed file matches its size and sha256."""
-    manifest = path / MANIFEST
-    if not manifest.exists():
-        return False
-    try:
-        files = json.loads(manifest.read_text())["files"]
-        return all(
-            (path / rel).is_file()
-            and (path / rel).stat().st_size == meta["size"]
-            and _sha256(path / rel) == meta["sha256"]
-            for rel, meta in files.items()
-        )
-    except (ValueError, KeyError, OSError):
-        return False
+    return committed_manifest(path) is not None or verify_manifest(path, LEGACY_MANIFEST) is not None
 
 
 def complete_checkpoints(root: Path | None) -> list[Path]:
     """Committed checkpoints (a manifest present), oldest first."""
     if root is None or not Path(root).is_dir():
         return []
-    found = [p for p in Path(root).iterdir() if p.is_dir() and p.name.isdigit() and (p / MANIFEST).exists()]
+    recover_children(root)  # a step whose rewrite crashed mid-swap comes back
+    found = [
+        p
+        for p in Path(root).iterdir()
+        if p.is_dir() and p.name.isdigit() and ((p / MANIFEST).exists() or (p / LEGACY_MANIFEST).exists())
+    ]
     return sorted(found, key=lambda p: int(p.name))
 
 

@@ -30,7 +30,7 @@ from essaflow.evaluation import greedy_accuracy
 from essaflow.grpo import checkpoint as ckpt
 from essaflow.grpo.rollout import collect, token_logprobs, worker_slots
 from essaflow.grpo.update import CommCounter, StepMetrics, StepSums, WorkerInfo, update
-from essaflow.models import load_adapter, load_base_model, load_tokenizer, save_adapter
+from essaflow.models import load_adapter, load_base_model, load_tokenizer, save_adapter_atomic
 from essaflow.sampling import TransformersGenerator
 
 
@@ -254,7 +254,7 @@ def run_worker(
             if (path := learner.save_checkpoint(Path(checkpoint_dir), done, state)) is not None:
                 emit(CheckpointWritten(str(path)))
     if info.rank == 0:
-        save_adapter(learner.model, out_dir / output_name(g.parameters), learner.tokenizer)
+        save_adapter_atomic(learner.model, out_dir / output_name(g.parameters), learner.tokenizer)
         bytes_per_update = history[-1]["bytes_allreduced"] if history else 0
         resumed_from = first if resume is not None else None
         emit(Finished(g.steps, time.perf_counter() - wall0, bytes_per_update, resumed_from, history))

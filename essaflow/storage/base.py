@@ -2,22 +2,22 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
-import shutil
 import uuid
 from abc import ABC, abstractmethod
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
 
+from essaflow.atomic_dir import commit_dir, remove_dir, staging_dir
+from essaflow.digest import sha256_file
+from essaflow.manifest import MANIFEST, read_manifest
+
 log = logging.getLogger(__name__)
 
-MANIFEST = "manifest.json"
 _TMP_MARK = ".essaflow-tmp-"
-_CHUNK = 1024 * 1024
 
 T = TypeVar("T")
 
@@ -64,16 +64,6 @@ def _join(*parts: str) -> str:
     return "/".join(p for p in parts if p)
 
 
-def _sha256_file(path: Path) -> tuple[str, int]:
-    h = hashlib.sha256()
-    size = 0
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            h.update(chunk)
-            size += len(chunk)
-    return h.hexdigest(), size
-
-
 def _local_files(local_dir: Path) -> list[tuple[str, Path]]:
     """(relative posix path, path) of every regular file under ``local_dir``, sorted."""
     local_dir = Path(local_dir)
@@ -100,17 +90,6 @@ def _check_manifest(manifest: Any, where: str) -> dict:
 
 def _tmp_sibling(path: Path) -> Path:
     return path.with_name(f".{path.name}{_TMP_MARK}{uuid.uuid4().hex[:12]}")
-
-
-def _install_dir(tmp: Path, final: Path) -> None:
-    """Move a fully written temp directory into place (replacing an existing one)."""
-    if final.exists() or final.is_symlink():
-        old = final.with_name(f".{final.name}.essaflow-old-{uuid.uuid4().hex[:12]}")
-        os.rename(final, old)
-        os.rename(tmp, final)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.rename(tmp, final)
 
 
 # ------------------------------------------------------------------------------------------------------ the base
@@ -228,16 +207,22 @@ class ArtifactStore(ABC):
         Idempotent: if the same files (same paths and SHA-256) are already committed there, nothing is uploaded
         and the existing manifest is returned. A *different* committed artifact is a ``conflict`` StorageError
         unless ``overwrite=True`` (which first removes the old manifest, so the old artifact stops being visible
-        before any of its files change).
+        before any of its files change). A local directory written by ``essaflow.atomic_dir`` carries its own
+        manifest (the same format): it is checked against the files and not uploaded as a data file.
         """
         prefix = _clean_key(prefix, allow_empty=True)
         local = _local_files(Path(local_dir))
-        if any(rel == MANIFEST for rel, _ in local):
-            raise StorageError(f"{local_dir} contains a top-level {MANIFEST}, which is reserved", "invalid")
+        own_manifest = any(rel == MANIFEST for rel, _ in local)
+        local = [(rel, path) for rel, path in local if rel != MANIFEST]
         files = {}
         for rel, path in local:
-            sha, size = _sha256_file(path)
+            sha, size = sha256_file(path)
             files[rel] = {"sha256": sha, "size": size}
+        if own_manifest and (read_manifest(Path(local_dir)) or {}).get("files") != files:
+            raise StorageError(
+                f"{local_dir} contains a top-level {MANIFEST} that is not the manifest of its files (reserved name)",
+                "invalid",
+            )
         mkey = _join(prefix, MANIFEST)
 
         existing = self._manifest_or_none(prefix)
@@ -268,25 +253,24 @@ class ArtifactStore(ABC):
     def download_dir(self, prefix: str, local_dir: Path) -> Path:
         """Download the artifact at ``prefix`` into ``local_dir``, verifying every SHA-256 and size.
 
-        Requires the manifest. Files go to a temp directory beside ``local_dir`` that is renamed into place only
-        after every file checked out, so ``local_dir`` is either the complete verified artifact or untouched.
+        Requires the manifest. Files go to a temp directory beside ``local_dir`` that gets the manifest last and is
+        swapped into place (``essaflow.atomic_dir``) only after every file checked out, so ``local_dir`` is either
+        the complete verified artifact (with its manifest.json) or what it was before.
         """
         prefix = _clean_key(prefix, allow_empty=True)
         manifest = self.read_manifest(prefix)
         final = Path(local_dir).absolute()
-        final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = _tmp_sibling(final)
-        tmp.mkdir()
+        tmp = staging_dir(final)
         try:
             for rel, meta in sorted(manifest["files"].items()):
                 dest = tmp / rel
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 self._fetch_to(_join(prefix, rel), dest)
-                sha, size = _sha256_file(dest)
+                sha, size = sha256_file(dest)
                 _compare(self.url(_join(prefix, rel)), meta, sha, size)
-            _install_dir(tmp, final)
+            commit_dir(tmp, final, manifest)
         except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
+            remove_dir(tmp)
             raise
         return final
 

@@ -9,15 +9,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from essaflow.digest import CHUNK, sha256_bytes, sha256_file
 from essaflow.storage.base import (
-    _CHUNK,
     _TMP_MARK,
     MANIFEST,
     ArtifactStore,
     StorageError,
     _clean_key,
     _join,
-    _sha256_file,
     _tmp_sibling,
 )
 
@@ -60,7 +59,7 @@ class FileStore(ArtifactStore):
             self._atomic_write(self._path(key), lambda f: f.write(data))
         except OSError as e:
             raise StorageError(f"cannot write {self.url(key)}: {e.strerror or e}") from e
-        return hashlib.sha256(data).hexdigest()
+        return sha256_bytes(data)
 
     def get_bytes(self, key: str) -> bytes:
         path = self._path(key)
@@ -88,11 +87,11 @@ class FileStore(ArtifactStore):
         return sorted(keys)
 
     def upload_file(self, local: Path, key: str) -> str:
-        h = hashlib.sha256()
+        h = hashlib.sha256()  # hashed while copied: one read of the file
 
         def copy(f):
             with open(local, "rb") as src:
-                while chunk := src.read(_CHUNK):
+                while chunk := src.read(CHUNK):
                     h.update(chunk)
                     f.write(chunk)
 
@@ -123,7 +122,7 @@ class FileStore(ArtifactStore):
         path = self._path(key)
         if not path.is_file():
             raise self._missing(key)
-        return _sha256_file(path)
+        return sha256_file(path)
 
     def _put_if_absent(self, key: str, data: bytes) -> bool:
         dest = self._path(key)

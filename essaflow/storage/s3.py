@@ -11,16 +11,16 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from essaflow.digest import CHUNK as _CHUNK
+from essaflow.digest import sha256_bytes, sha256_file
 from essaflow.secrets import safe_uri
 from essaflow.storage.base import (
-    _CHUNK,
     MANIFEST,
     ArtifactStore,
     StorageError,
     T,
     _clean_key,
     _join,
-    _sha256_file,
 )
 
 log = logging.getLogger(__name__)
@@ -263,7 +263,7 @@ class S3Store(ArtifactStore):
     # -- primitives ---------------------------------------------------------------------------------------------
     def put_bytes(self, key: str, data: bytes) -> str:
         data = bytes(data)
-        sha = hashlib.sha256(data).hexdigest()
+        sha = sha256_bytes(data)
         full = self._key(key)
         self._call(
             "write",
@@ -280,7 +280,7 @@ class S3Store(ArtifactStore):
             return resp["Body"].read(), resp.get("Metadata", {}).get("sha256")
 
         data, expected = self._call("read", key, get)
-        if expected and hashlib.sha256(data).hexdigest() != expected:
+        if expected and sha256_bytes(data) != expected:
             raise StorageError(f"checksum mismatch for {self.url(key)}: content differs from its sha256", "integrity")
         return data
 
@@ -342,7 +342,7 @@ class S3Store(ArtifactStore):
         local = Path(local)
         if not local.is_file():
             raise StorageError(f"local file not found: {local}", "invalid")
-        sha, _size = _sha256_file(local)
+        sha, _size = sha256_file(local)
         self._upload_known(local, key, sha)
         return sha
 
@@ -369,7 +369,7 @@ class S3Store(ArtifactStore):
         from botocore.exceptions import ClientError
 
         full = self._key(key)
-        sha = hashlib.sha256(data).hexdigest()
+        sha = sha256_bytes(data)
         if self._shared["conditional"]:
 
             def put():

@@ -78,7 +78,8 @@ def test_upload_dir_download_dir_verify(s3_store: S3Store, tmp_path: Path):
     assert json.loads(s3_store.get_bytes(f"art/{MANIFEST}")) == manifest
 
     out = s3_store.download_dir("art", tmp_path / "out")
-    assert {p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*") if p.is_file()} == files
+    got = {p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert json.loads(got.pop(MANIFEST)) == manifest and got == files  # the local copy carries the manifest
     assert s3_store.verify("art") == manifest
 
     # idempotent: the same content again uploads nothing and returns the committed manifest

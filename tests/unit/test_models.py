@@ -3,8 +3,17 @@
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from essaflow.atomic_dir import committed_manifest
 from essaflow.config import ModelConfig
-from essaflow.models import attach_lora, load_adapter, load_base_model, load_tokenizer, save_adapter
+from essaflow.manifest import MANIFEST
+from essaflow.models import (
+    attach_lora,
+    load_adapter,
+    load_base_model,
+    load_tokenizer,
+    save_adapter,
+    save_adapter_atomic,
+)
 from essaflow.tiny_model import TinyRecipe, build_char_tokenizer, tiny_base_path
 
 
@@ -51,6 +60,21 @@ def test_lora_adapter_round_trip(tmp_path):
     assert not torch.allclose(a, base), "the adapter changes the model"
 
 
+def test_save_adapter_atomic_replaces_a_complete_adapter_only_once_the_new_one_is_in(tmp_path):
+    cfg = ModelConfig(lora_rank=4)
+    tok = load_tokenizer(cfg)
+    model = attach_lora(load_base_model(cfg), cfg)
+    dest = save_adapter_atomic(model, tmp_path / "adapter", tok)
+    first = committed_manifest(dest)
+    assert {"adapter_model.safetensors", "adapter_config.json"} <= set(first["files"])
+    with torch.no_grad():
+        next(p for n, p in model.named_parameters() if "lora_B" in n).add_(1.0)
+    save_adapter_atomic(model, dest, tok)
+    second = committed_manifest(dest)
+    assert second["files"]["adapter_model.safetensors"] != first["files"]["adapter_model.safetensors"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["adapter"]  # no temp or old copy left
+
+
 def test_tiny_build_is_cached_by_recipe_hash(tmp_path, monkeypatch):
     monkeypatch.setenv("ESSAFLOW_CACHE_DIR", str(tmp_path))
     recipe = TinyRecipe(pretrain_steps=3, batch_size=8, num_layers=1, hidden_size=32, intermediate_size=64)
@@ -59,4 +83,7 @@ def test_tiny_build_is_cached_by_recipe_hash(tmp_path, monkeypatch):
     stamp = (first / "model.safetensors").stat().st_mtime_ns
     assert tiny_base_path(recipe) == first
     assert (first / "model.safetensors").stat().st_mtime_ns == stamp, "second call reuses the build"
+    assert "model.safetensors" in committed_manifest(first)["files"]  # built atomically, manifest last
+    (first / MANIFEST).unlink()  # a build without its manifest is incomplete: rebuilt
+    assert "model.safetensors" in committed_manifest(tiny_base_path(recipe))["files"]
     assert AutoModelForCausalLM.from_pretrained(first).config.num_hidden_layers == 1

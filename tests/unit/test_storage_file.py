@@ -113,11 +113,12 @@ def test_upload_dir_writes_manifest_last_and_download_verifies(store: FileStore,
     assert store.verify("runs/r1/adapter") == manifest
 
     out = store.download_dir("runs/r1/adapter", tmp_path / "out")
-    assert {rel: (out / rel).read_bytes() for rel in _all_files(out)} == files
+    assert {rel: (out / rel).read_bytes() for rel in _all_files(out) if rel != MANIFEST} == files
+    assert json.loads((out / MANIFEST).read_text()) == manifest  # the local copy carries it, written last
     # a second download replaces the directory as a whole (stale files disappear)
     (out / "stale.txt").write_text("x")
     store.download_dir("runs/r1/adapter", out)
-    assert _all_files(out) == sorted(files)
+    assert _all_files(out) == sorted([*files, MANIFEST])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "src", "store"]  # no temp dirs left
 
 

@@ -7,12 +7,7 @@ import json
 
 import pytest
 
-from essaflow.config import DataConfig, EvalConfig, PipelineConfig, SamplingConfig
-from essaflow.data import Problem, Splits
-from essaflow.evaluation import EvalReport
-from essaflow.pipeline_io import (
-    RunRef,
-    Timer,
+from essaflow.artifacts import (
     dataset_name,
     latest_checkpoint,
     manifest_digest,
@@ -24,7 +19,12 @@ from essaflow.pipeline_io import (
     storage_uri_for,
     sync_checkpoint,
 )
+from essaflow.config import DataConfig, EvalConfig, PipelineConfig, SamplingConfig
+from essaflow.data import Problem, Splits
+from essaflow.evaluation import EvalReport
+from essaflow.refs import RunRef
 from essaflow.storage import open_store
+from essaflow.timing import Timer
 
 
 def _splits() -> Splits:

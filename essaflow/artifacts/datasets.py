@@ -1,0 +1,81 @@
+"""Datasets in storage: the three splits as Parquet under datasets/<name>/<content hash>/, and reading them back."""
+
+from __future__ import annotations
+
+import json
+import re
+import tempfile
+from pathlib import Path
+
+from essaflow.artifacts.dirs import fetch_dir
+from essaflow.config import DataConfig
+from essaflow.data import Problem, Splits
+from essaflow.digest import config_hash
+from essaflow.refs import DatasetRef
+from essaflow.storage import ArtifactStore, StorageError
+
+SPLITS = ("sft", "train", "eval")
+
+
+def dataset_name(data: DataConfig) -> str:
+    """A readable folder name for the source: synthetic-arith, gsm8k-main, problems (from problems.jsonl)."""
+    if data.source == "synthetic":
+        return "synthetic-arith"
+    raw = (data.path or data.source).rstrip("/")
+    base = raw.split("/")[-1].split("?")[0]
+    base = base.split(".")[0] if data.source in ("file", "s3") else base
+    if data.hf_config:
+        base = f"{base}-{data.hf_config}"
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", base).strip("-.") or data.source
+
+
+def _problems_table(problems: list[Problem]):
+    import pyarrow as pa
+
+    rows = [
+        {"id": p.id, "prompt": p.prompt, "answer": p.answer, "metadata": json.dumps(p.metadata, sort_keys=True)}
+        for p in problems
+    ]
+    schema = pa.schema(
+        [("id", pa.string()), ("prompt", pa.string()), ("answer", pa.string()), ("metadata", pa.string())]
+    )
+    return pa.Table.from_pylist(rows, schema=schema)
+
+
+def publish_dataset(store: ArtifactStore, name: str, splits: Splits, data_cfg: DataConfig) -> DatasetRef:
+    """Write the splits as Parquet under datasets/<name>/<content hash>/ unless that artifact is already there."""
+    import pyarrow.parquet as pq
+
+    fingerprint = splits.fingerprint()
+    prefix = f"datasets/{name}/{fingerprint}"
+    sizes = {s: len(getattr(splits, s)) for s in SPLITS}
+    try:
+        store.read_manifest(prefix)  # content-addressed: present means identical
+    except StorageError as e:
+        if e.kind != "incomplete":
+            raise
+        with tempfile.TemporaryDirectory(prefix="essaflow-dataset-") as tmp:
+            for split in SPLITS:
+                pq.write_table(_problems_table(getattr(splits, split)), Path(tmp) / f"{split}.parquet")
+            info = {"name": name, "hash": fingerprint, "sizes": sizes, "config": data_cfg.model_dump(mode="json")}
+            (Path(tmp) / "info.json").write_text(json.dumps(info, indent=2, sort_keys=True))
+            store.upload_dir(Path(tmp), prefix)
+    return DatasetRef(
+        uri=store.url(prefix), name=name, hash=fingerprint, config_hash=config_hash(data_cfg), sizes=sizes
+    )
+
+
+def read_dataset(ref: DatasetRef) -> Splits:
+    """Download (once per machine, verified) and parse the dataset's splits."""
+    import pyarrow.parquet as pq
+
+    local = fetch_dir(ref.uri)
+
+    def problems(split: str) -> list[Problem]:
+        rows = pq.read_table(local / f"{split}.parquet").to_pylist()
+        return [Problem(**{**r, "metadata": json.loads(r["metadata"] or "{}")}) for r in rows]
+
+    splits = Splits(sft=problems("sft"), train=problems("train"), eval=problems("eval"))
+    if splits.fingerprint() != ref.hash:
+        raise StorageError(f"dataset at {ref.uri} does not match its content hash {ref.hash}", "integrity")
+    return splits

@@ -1,0 +1,131 @@
+"""The typed references pipeline stages hand each other, and what a finetune run reports at the end.
+
+A stage never passes a big object to the next one. It writes the artifact to the store (see essaflow.artifacts)
+and returns one of these: URI + content digest + a little metadata. All are immutable and JSON-serialisable.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+
+class Ref(BaseModel):
+    """Base of every stage result: immutable, JSON-serialisable, small."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    stage: str = ""
+    """Name of the stage (task run) that produced it."""
+    timings: dict[str, float] = {}
+    """Seconds spent in this stage: total, and its compute / storage / tracking parts."""
+
+
+class RunRef(Ref):
+    """One pipeline run: where its artifacts go and which MLflow run records it."""
+
+    run_id: str
+    """Pipeline run id (the Prefect flow run id): names runs/<run_id>/ in storage."""
+    name: str
+    """Pipeline (config) name."""
+    storage_uri: str
+    """Absolute artifact root."""
+    tracking_uri: str
+    """MLflow tracking URI."""
+    experiment_id: str
+    mlflow_run_id: str
+    mlflow_url: str | None = None
+    """Link to the MLflow run in the MLflow UI (None for a local sqlite file)."""
+    flow_run_id: str | None = None
+    started_at: float = 0.0
+    """Unix time the run opened (for its wall time)."""
+
+    @property
+    def run_prefix(self) -> str:
+        return f"runs/{self.run_id}"
+
+
+class DatasetRef(Ref):
+    uri: str
+    """Directory artifact with {train,eval,sft}.parquet."""
+    name: str
+    hash: str
+    """Content fingerprint of the three splits (the directory name)."""
+    config_hash: str
+    """Hash of the data config that produced it (the task cache key)."""
+    sizes: dict[str, int]
+
+
+class ModelRef(Ref):
+    name_or_path: str
+    """As configured (e.g. builtin:tiny, a hub id, an s3:// prefix)."""
+    local_path: str
+    """Resolved checkpoint directory (or hub id) on the machine that resolved it."""
+    digest: str
+    """Hash of the resolved checkpoint's config files (or the hub id and revision)."""
+
+
+class AdapterRef(Ref):
+    uri: str
+    """Directory artifact: a peft adapter (safetensors + adapter_config.json + tokenizer), or a full checkpoint
+    when output_kind is full."""
+    digest: str
+    """Content digest (hash of its manifest's file list)."""
+    kind: str
+    """sft | essa | fgrpo | none | given."""
+    output_kind: str = "lora"
+    """lora: a LoRA adapter for the base model; full: a whole fine-tuned checkpoint (F-GRPO grpo.parameters=full)."""
+    steps: int = 0
+    resumed_from: int | None = None
+    """Step/generation of the checkpoint the last training attempt resumed from (None: it started fresh)."""
+    work_by_node: dict[str, int] = {}
+    """Ray node (short id) -> ESSA candidates scored there / GRPO worker starts there."""
+    worker_failures: int = 0
+    """Workers lost while training (ESSA re-dispatched their candidates; GRPO restarted from a checkpoint)."""
+
+
+class EvalRef(Ref):
+    uri: str
+    label: str
+    summary: dict[str, float]
+    """greedy and pass@k."""
+    num_problems: int
+    samples_per_problem: int
+
+
+class RegisteredRef(Ref):
+    name: str
+    version: str
+    aliases: list[str]
+    decision: str
+    """Why the promotion gate moved (or did not move) the champion alias."""
+    model_uri: str
+    """models:/<name>/<version>."""
+
+
+class PipelineResult(BaseModel):
+    """What a finetune run reports at the end (the CLI prints it as its last JSON line)."""
+
+    run_id: str
+    before: dict[str, float]
+    after: dict[str, float]
+    model_name: str
+    model_version: str
+    aliases: list[str]
+    decision: str
+    tracking_uri: str
+    storage_uri: str
+    mlflow_run_id: str
+    dataset_uri: str
+    adapter_uri: str
+    training: dict[str, Any] = {}
+    """The training stage: method, steps, resumed_from, work_by_node (Ray node -> work), worker_failures."""
+    stages: dict[str, float]
+    """Wall seconds per stage as the orchestrator recorded them (0 for cache hits)."""
+    cached: list[str]
+    """Stages answered from the task cache."""
+    flow_s: float
+    """Flow wall time up to the final stage."""
+    parts: dict[str, float]
+    """Seconds inside stages spent on compute, storage and tracking; the rest of flow_s is orchestration."""
