@@ -329,7 +329,7 @@ class RayPopulation:
     def evaluate(self, candidates: np.ndarray, prompt_idx: np.ndarray, seed: int) -> tuple[np.ndarray, GenerationStats]:
         """One fitness per candidate (in candidate order); survives workers dying mid-generation."""
         import ray
-        from ray.exceptions import ActorUnavailableError, RayActorError
+        from ray.exceptions import RayActorError
 
         start = time.perf_counter()
         n_workers = len(self.actors)
@@ -357,20 +357,7 @@ class RayPopulation:
                 raise RuntimeError("every ESSA worker is dead and none is restarting; cannot finish the generation")
             (ref,), _ = ray.wait(list(running) + list(rejoining), num_returns=1)
             if ref in rejoining:
-                w = rejoining.pop(ref)
-                try:
-                    _, self.worker_nodes[w] = ray.get(ref)
-                    live.add(w)
-                    away = time.monotonic() - self._lost_at.pop(w)
-                    log.warning("ESSA worker %d is back, on node %s, after %.1f s", w, self.worker_nodes[w][:8], away)
-                except ActorUnavailableError:  # still restarting: ask again, briefly spaced
-                    if time.monotonic() - self._lost_at[w] < self.start_timeout_s:
-                        time.sleep(0.1)
-                        rejoining[self.actors[w].ready.remote()] = w
-                    else:
-                        log.error("ESSA worker %d not back after %.0f s; going on without it", w, self.start_timeout_s)
-                except RayActorError:
-                    log.error("ESSA worker %d is dead for good (restarts exhausted?)", w)
+                self._check_rejoin(ref, rejoining.pop(ref))
             else:
                 w, i = running.pop(ref)
                 load[w] -= 1
@@ -400,6 +387,25 @@ class RayPopulation:
             hand_out()
         stats.wall_s = time.perf_counter() - start
         return np.array([fitness[i] for i in range(len(payload))]), stats
+
+    def _check_rejoin(self, ref: Any, w: int) -> None:
+        """A restarted worker answered its ready() ping: back in the pool, still restarting, or gone for good."""
+        import ray
+        from ray.exceptions import ActorUnavailableError, RayActorError
+
+        try:
+            _, self.worker_nodes[w] = ray.get(ref)
+            self._live.add(w)
+            away = time.monotonic() - self._lost_at.pop(w)
+            log.warning("ESSA worker %d is back, on node %s, after %.1f s", w, self.worker_nodes[w][:8], away)
+        except ActorUnavailableError:  # still restarting: ask again, briefly spaced
+            if time.monotonic() - self._lost_at[w] < self.start_timeout_s:
+                time.sleep(0.1)
+                self._rejoining[self.actors[w].ready.remote()] = w
+            else:
+                log.error("ESSA worker %d not back after %.0f s; going on without it", w, self.start_timeout_s)
+        except RayActorError:
+            log.error("ESSA worker %d is dead for good (restarts exhausted?)", w)
 
     def close(self) -> None:
         import ray
