@@ -98,7 +98,7 @@ class ModelConfig(_Strict):
     lora_rank: int = Field(8, ge=1)
     """LoRA rank r."""
     lora_alpha: float = Field(16.0, gt=0)
-    """LoRA alpha (scale = alpha / r). ESSA keeps the SFT adapter's scaling (papers.md 6.1.6)."""
+    """LoRA alpha (scale = alpha / r). ESSA keeps the SFT adapter's scaling (docs/algorithms.md sec. 6.9)."""
     lora_dropout: float = Field(0.0, ge=0.0, lt=1.0)
     """LoRA dropout during SFT."""
     target_modules: list[str] = ["q_proj", "k_proj", "v_proj", "o_proj"]
@@ -128,7 +128,7 @@ class SamplingConfig(_Strict):
 
 
 class EvalConfig(_Strict):
-    """pass@k evaluation protocol (Codex unbiased estimator, papers.md 1.3)."""
+    """pass@k evaluation protocol (Codex unbiased estimator, docs/algorithms.md sec. 4.1)."""
 
     samples_per_problem: int = Field(16, ge=1)
     """n: completions sampled per problem at sampling.temperature."""
@@ -181,21 +181,23 @@ class ESSAConfig(_Strict):
     population: int = Field(32, ge=2)
     """lambda: candidates per generation (paper: 24-96)."""
     sigma0: float = Field(0.1, gt=0)
-    """Initial CMA-ES step size, in singular-value units (not given by the paper; papers.md 6.1.1)."""
+    """Initial CMA-ES step size, in singular-value units (not given by the paper; docs/algorithms.md sec. 6.2)."""
     generations: int = Field(60, ge=1)
     """Number of generations E."""
     minibatch: int = Field(128, ge=1)
-    """b: prompts per generation, shared by all candidates for fair ranking (papers.md 6.1.3)."""
+    """b: prompts per generation, shared by all candidates for fair ranking (docs/algorithms.md sec. 6.6)."""
     strategy: Literal["cma", "sep_cma", "es"] = "cma"
-    """cma: full-covariance CMA-ES (paper); sep_cma: diagonal, for large d; es: plain Gaussian ES (Qiu, 2.5)."""
+    """cma: full-covariance CMA-ES (paper); sep_cma: diagonal, for large d; es: plain Gaussian ES (Qiu,
+    docs/algorithms.md sec. 2.6)."""
     es_lr: float = Field(0.05, gt=0)
-    """strategy=es: step m += (lr/N) sum z_n eps_n, 1/sigma folded in as in Qiu (papers.md 2.5)."""
+    """strategy=es: step m += (lr/N) sum z_n eps_n, 1/sigma folded in as in Qiu (docs/algorithms.md sec. 2.6)."""
     es_antithetic: bool = True
-    """strategy=es: mirrored pairs m +- sigma*e (issue's baseline); false: Qiu's i.i.d. samples (papers.md 2.5)."""
+    """strategy=es: mirrored pairs m +- sigma*e (issue's baseline); false: Qiu's i.i.d. samples
+    (docs/algorithms.md sec. 2.6)."""
     returned_point: Literal["mean", "best"] = "mean"
-    """Which point is returned: the CMA mean (default) or the best candidate seen (papers.md 6.1.2)."""
+    """Which point is returned: the CMA mean (default) or the best candidate seen (docs/algorithms.md sec. 6.5)."""
     fitness_temperature: float = Field(0.0, ge=0.0)
-    """Decoding temperature when scoring candidates; 0 = greedy (papers.md 6.1.4)."""
+    """Decoding temperature when scoring candidates; 0 = greedy (docs/algorithms.md sec. 6.7)."""
     fitness: Literal["accuracy", "answer_probability", "answer_logprob"] = "accuracy"
     """accuracy: mean reward of decoded answers (paper); answer_*: exact P_T / log P of the reference (gray-box)."""
     merged_scoring: bool = True
@@ -211,11 +213,13 @@ class ESSAConfig(_Strict):
     seed: int = 0
     """Seed of the strategy and minibatch sampler."""
     nonnegative: bool = False
-    """Clamp searched singular values at 0 (paper silent, papers.md 6.1.1); off: a negative value flips a component."""
+    """Clamp searched singular values at 0 (paper silent, docs/algorithms.md sec. 6.3); off: a negative value flips a
+    component."""
     backend: Literal["ray", "local"] = "ray"
     """ray: score on a Ray actor pool (any workers count); local: in the driver process, no Ray (tests, debugging)."""
     inflight_per_worker: int = Field(2, ge=1)
-    """Candidates queued per Ray worker at a time (2 hides the round trip; dynamic hand-out, papers.md 6.1.11)."""
+    """Candidates queued per Ray worker at a time (2 hides the round trip; dynamic hand-out,
+    docs/algorithms.md sec. 6.11)."""
     worker_max_restarts: int = Field(3, ge=0)
     """How often Ray restarts a dead worker; its candidates go to live workers meanwhile."""
     worker_start_timeout_s: float = Field(600.0, gt=0)
@@ -275,9 +279,10 @@ class GRPOConfig(_Strict):
     kl_beta: float = Field(0.0, ge=0)
     """k3 KL coefficient to the frozen SFT start (DeepSeekMath 0.04; F-GRPO 0). >0 keeps a reference copy."""
     std_mode: Literal["population", "bessel", "none"] = "bessel"
-    """Std in the group advantage: population (/N), bessel (/N-1, verl's default) or none (papers.md 6.2.1)."""
+    """Std in the group advantage: population (/N), bessel (/N-1, verl's default) or none
+    (docs/algorithms.md sec. 7.1)."""
     adv_eps: float = Field(1e-6, ge=0)
-    """eps in (R - mean) / (std + eps) (papers.md 6.2.1; verl's 1e-6)."""
+    """eps in (R - mean) / (std + eps) (docs/algorithms.md sec. 7.1; verl's 1e-6)."""
     aggregation: Literal["token_mean", "seq_mean", "token_sum_norm"] = "token_mean"
     """token_mean (DAPO, F-GRPO App. L.2), seq_mean (DeepSeekMath), token_sum_norm (Dr.GRPO constant normaliser)."""
     dynamic_sampling: bool = False

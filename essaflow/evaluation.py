@@ -1,4 +1,4 @@
-"""pass@k evaluation with the unbiased Codex estimator (Chen et al. 2021 sec. 2.1; papers.md 1.3, 5.3)."""
+"""pass@k evaluation with the unbiased Codex estimator (Chen et al. 2021 sec. 2.1; docs/algorithms.md sec. 4.1)."""
 
 from __future__ import annotations
 

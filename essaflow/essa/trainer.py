@@ -1,12 +1,14 @@
-"""The ESSA loop: minibatch -> ask -> evaluate -> tell (ESSA-v3 sec. 3.2, App. A Algorithm 1; papers.md 2.1).
+"""The ESSA loop: minibatch -> ask -> evaluate -> tell (ESSA-v3 sec. 3.2, App. A Algorithm 1;
+docs/algorithms.md sec. 2.8).
 
 Per generation t:
-  1. draw the shared minibatch of b training prompts (papers.md 6.1.3; every candidate sees the same prompts),
+  1. draw the shared minibatch of b training prompts (docs/algorithms.md sec. 6.6; every candidate sees the same
+     prompts),
   2. ask the strategy for lambda offset vectors (CMA-ES by default, mean starting at the SFT point),
   3. score each candidate by inference only (Ray pool or in process, `population.py`),
   4. tell the strategy the fitnesses (maximised).
-Every `eval_every` generations the returned point (mean by default, papers.md 6.1.2) is measured on the held-out
-split by greedy accuracy; training stops early once it reaches `target_accuracy`. Every `checkpoint_every`
+Every `eval_every` generations the returned point (mean by default, docs/algorithms.md sec. 6.5) is measured on the
+held-out split by greedy accuracy; training stops early once it reaches `target_accuracy`. Every `checkpoint_every`
 generations the driver writes its whole state (strategy with its RNG, minibatch sampler with its RNG, generation,
 metrics) as JSON + arrays; a new call with the same checkpoint_dir resumes from the latest complete checkpoint and
 replays the uninterrupted run bit for bit on CPU (fitness depends only on offsets, prompts and a per-generation
@@ -42,9 +44,9 @@ log = logging.getLogger(__name__)
 class MinibatchSampler:
     """b prompt indices per generation, epoch-shuffled: every training prompt is used once per pass.
 
-    Sampling without replacement across generations covers the split evenly (papers.md 6.1.3 leaves the scheme
-    open; Algorithm 1 only says "random minibatch"). When b does not divide the split, a minibatch may straddle
-    two passes; it never repeats a prompt within itself as long as b <= the split size.
+    Sampling without replacement across generations covers the split evenly (docs/algorithms.md sec. 6.6; the paper
+    leaves the scheme open; Algorithm 1 only says "random minibatch"). When b does not divide the split, a minibatch may
+    straddle two passes; it never repeats a prompt within itself as long as b <= the split size.
     """
 
     def __init__(self, size: int, batch: int, seed: int):

@@ -1,6 +1,6 @@
 """The GRPO-family learner: one loop that runs on every worker, in-process or under Ray Train DDP.
 
-Per rollout step (papers.md 2.2, FGRPO-v2 App. L):
+Per rollout step (docs/algorithms.md sec. 3, FGRPO-v2 App. L):
   1. each worker samples G completions for its own prompt groups (rollout.py; a group never spans workers),
      scores them, and computes focal-weighted group advantages (advantages.py);
   2. the step's groups are split into `mini_batches` global mini-batches (the same slots whatever the worker
