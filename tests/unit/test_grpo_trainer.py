@@ -11,7 +11,7 @@ from essaflow.grpo import checkpoint as ckpt
 from essaflow.grpo.rollout import collect, step_prompt_indices, worker_slots
 from essaflow.grpo.trainer import _settings, build_policy, train_grpo
 from essaflow.models import load_tokenizer
-from tests.unit.grpo_tiny import make_tiny
+from tests.support.grpo_tiny import make_tiny
 
 TIMING = {"step_s", "gen_s", "train_s", "tokens_per_s"}
 
