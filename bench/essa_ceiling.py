@@ -1,7 +1,7 @@
 """The ceiling of ESSA's search space on a task: exact gradient ascent over the same singular-value offsets.
 
-ESSA searches offsets to the top floor(alpha*r) singular values of each LoRA factor (papers.md 2.1). How much can
-any optimiser gain in that subspace? Here the offsets are a torch parameter, the factors are rebuilt
+ESSA searches offsets to the top floor(alpha*r) singular values of each LoRA factor (docs/algorithms.md sec. 2.2). How
+much can any optimiser gain in that subspace? Here the offsets are a torch parameter, the factors are rebuilt
 differentiably exactly as `SVDLoRA.apply` does (A' = A0 + U_k diag(δ) V_kᵀ), and Adam minimises the SFT loss
 (teacher-forced cross-entropy on answer tokens) on the ESSA training split. Held-out greedy accuracy and pass@k
 are printed along the way: the best of them is the yardstick for ESSA on this model (a white-box optimiser with

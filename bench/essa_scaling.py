@@ -8,9 +8,9 @@
        grpo_bytes = 4 bytes (fp32) x trainable LoRA parameters x 2
 
    A ring all-reduce of M bytes sends and receives 2 (G - 1) / G x M bytes per worker (reduce-scatter then
-   all-gather; papers.md 2.1 latency model), which tends to 2 M as G grows; the factor 2 takes that limit.
+   all-gather; docs/algorithms.md sec. 2.8 latency model), which tends to 2 M as G grows; the factor 2 takes that limit.
    The paper's seed-synchronised scheme (every worker regenerates the population from a shared seed) would move
-   only 8 bytes per worker per generation (seed + fp32 reward; papers.md 2.1), printed for reference.
+   only 8 bytes per worker per generation (seed + fp32 reward; docs/algorithms.md sec. 2.8), printed for reference.
 
     .venv/bin/python bench/essa_scaling.py -c configs/tiny-essa.yaml --generations 4
 """

@@ -1,4 +1,4 @@
-"""pass@k evaluation with the unbiased Codex estimator (Chen et al. 2021 sec. 2.1; papers.md 1.3, 5.3)."""
+"""pass@k evaluation with the unbiased Codex estimator (Chen et al. 2021 sec. 2.1; docs/algorithms.md sec. 4.1)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from essaflow.sampling import Generator, SamplingConfig
 
 
 class EvalConfig(StrictConfig):
-    """pass@k evaluation protocol (Codex unbiased estimator, papers.md 1.3)."""
+    """pass@k evaluation protocol (Codex unbiased estimator, docs/algorithms.md sec. 4.1)."""
 
     samples_per_problem: int = Field(16, ge=1)
     """n: completions sampled per problem at sampling.temperature."""

@@ -36,7 +36,7 @@ class ModelConfig(StrictConfig):
     lora_rank: int = trajectory(8, ge=1)
     """LoRA rank r."""
     lora_alpha: float = trajectory(16.0, gt=0)
-    """LoRA alpha (scale = alpha / r). ESSA keeps the SFT adapter's scaling (papers.md 6.1.6)."""
+    """LoRA alpha (scale = alpha / r). ESSA keeps the SFT adapter's scaling (docs/algorithms.md sec. 6.9)."""
     lora_dropout: float = Field(0.0, ge=0.0, lt=1.0)
     """LoRA dropout during SFT."""
     target_modules: list[str] = trajectory(["q_proj", "k_proj", "v_proj", "o_proj"])

@@ -1,4 +1,5 @@
-"""ESSA: gradient-free fine-tuning over SVD-LoRA singular values with CMA-ES (arXiv 2507.04453; papers.md 1.1, 2.1).
+"""ESSA: gradient-free fine-tuning over SVD-LoRA singular values with CMA-ES (arXiv 2507.04453;
+docs/algorithms.md sec. 2).
 
 - `svd_lora.py`   the parameterisation: separate SVD of each LoRA factor, offsets to the top floor(alpha*r) values
 - `strategy.py`   ask/tell search strategies: CMA-ES (full / separable, via `cmaes`) and plain Gaussian ES (Qiu)

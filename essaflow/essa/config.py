@@ -33,21 +33,23 @@ class ESSAConfig(StrictConfig):
     population: int = trajectory(32, ge=2)
     """lambda: candidates per generation (paper: 24-96)."""
     sigma0: float = trajectory(0.1, gt=0)
-    """Initial CMA-ES step size, in singular-value units (not given by the paper; papers.md 6.1.1)."""
+    """Initial CMA-ES step size, in singular-value units (not given by the paper; docs/algorithms.md sec. 6.2)."""
     generations: int = Field(60, ge=1)
     """Number of generations E."""
     minibatch: int = trajectory(128, ge=1)
-    """b: prompts per generation, shared by all candidates for fair ranking (papers.md 6.1.3)."""
+    """b: prompts per generation, shared by all candidates for fair ranking (docs/algorithms.md sec. 6.6)."""
     strategy: Literal["cma", "sep_cma", "es"] = trajectory("cma")
-    """cma: full-covariance CMA-ES (paper); sep_cma: diagonal, for large d; es: plain Gaussian ES (Qiu, 2.5)."""
+    """cma: full-covariance CMA-ES (paper); sep_cma: diagonal, for large d; es: plain Gaussian ES (Qiu,
+    docs/algorithms.md sec. 2.6)."""
     es_lr: float = trajectory(0.05, gt=0)
-    """strategy=es: step m += (lr/N) sum z_n eps_n, 1/sigma folded in as in Qiu (papers.md 2.5)."""
+    """strategy=es: step m += (lr/N) sum z_n eps_n, 1/sigma folded in as in Qiu (docs/algorithms.md sec. 2.6)."""
     es_antithetic: bool = trajectory(True)
-    """strategy=es: mirrored pairs m +- sigma*e (issue's baseline); false: Qiu's i.i.d. samples (papers.md 2.5)."""
+    """strategy=es: mirrored pairs m +- sigma*e (issue's baseline); false: Qiu's i.i.d. samples
+    (docs/algorithms.md sec. 2.6)."""
     returned_point: Literal["mean", "best"] = trajectory("mean")
-    """Which point is returned: the CMA mean (default) or the best candidate seen (papers.md 6.1.2)."""
+    """Which point is returned: the CMA mean (default) or the best candidate seen (docs/algorithms.md sec. 6.5)."""
     fitness_temperature: float = trajectory(0.0, ge=0.0)
-    """Decoding temperature when scoring candidates; 0 = greedy (papers.md 6.1.4)."""
+    """Decoding temperature when scoring candidates; 0 = greedy (docs/algorithms.md sec. 6.7)."""
     fitness: Literal["accuracy", "answer_probability", "answer_logprob"] = trajectory("accuracy")
     """accuracy: mean reward of decoded answers (paper); answer_*: exact P_T / log P of the reference (gray-box)."""
     merged_scoring: bool = trajectory(True)
@@ -61,13 +63,15 @@ class ESSAConfig(StrictConfig):
     seed: int = trajectory(0)
     """Seed of the strategy and minibatch sampler."""
     nonnegative: bool = trajectory(False)
-    """Clamp searched singular values at 0 (paper silent, papers.md 6.1.1); off: a negative value flips a component."""
+    """Clamp searched singular values at 0 (paper silent, docs/algorithms.md sec. 6.3); off: a negative value flips a
+    component."""
     backend: Literal["ray", "local"] = "ray"
     """ray: score on a Ray actor pool (any workers count); local: in the driver process, no Ray (tests, debugging)."""
     workers: ESSAWorkersConfig = ESSAWorkersConfig()
     """The Ray population workers: count, CPUs and GPUs each, placement, restarts, start timeout."""
     inflight_per_worker: int = Field(2, ge=1)
-    """Candidates queued per Ray worker at a time (2 hides the round trip; dynamic hand-out, papers.md 6.1.11)."""
+    """Candidates queued per Ray worker at a time (2 hides the round trip; dynamic hand-out,
+    docs/algorithms.md sec. 6.11)."""
 
     @model_validator(mode="before")
     @classmethod

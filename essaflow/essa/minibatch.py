@@ -12,9 +12,9 @@ from essaflow.essa.strategy import dump_attrs, restore_attrs
 class MinibatchSampler:
     """b prompt indices per generation, epoch-shuffled: every training prompt is used once per pass.
 
-    Sampling without replacement across generations covers the split evenly (papers.md 6.1.3 leaves the scheme
-    open; Algorithm 1 only says "random minibatch"). When b does not divide the split, a minibatch may straddle
-    two passes; it never repeats a prompt within itself as long as b <= the split size.
+    Sampling without replacement across generations covers the split evenly (docs/algorithms.md sec. 6.6; the paper
+    leaves the scheme open; Algorithm 1 only says "random minibatch"). When b does not divide the split, a minibatch may
+    straddle two passes; it never repeats a prompt within itself as long as b <= the split size.
     """
 
     def __init__(self, size: int, batch: int, seed: int):

@@ -5,16 +5,16 @@ only what changes: each candidate's offsets (float32), the b prompt indices of t
 sampling seed; a scorer answers (candidate index, fitness). No weights or gradients move (ARCHITECTURE.md
 "Distributed design").
 
-Decisions where the paper is silent (papers.md 6.1):
-- Shared minibatch (6.1.3): every candidate of a generation is scored on the same b prompts, and, when the fitness
+Decisions where the paper is silent (docs/algorithms.md sec. 6):
+- Shared minibatch (sec. 6.6): every candidate of a generation is scored on the same b prompts, and, when the fitness
   decodes with temperature > 0, with the same sampling seed (common random numbers), so candidates are ranked on
   equal terms. The minibatch changes every generation.
-- Decoding (6.1.4): `essa.fitness_temperature` (default 0 = greedy), one completion per prompt, the b prompts of a
+- Decoding (sec. 6.7): `essa.fitness_temperature` (default 0 = greedy), one completion per prompt, the b prompts of a
   candidate in one batched generate call. Fitness = mean reward (`eval.reward`) over the b prompts.
 - Merged scoring (`essa.merged_scoring`, default on): a scorer writes W0 + scaling B'A' into each adapted base
   weight and runs the plain model with the LoRA path switched off: the same function (up to float rounding) with
-  two fewer matmuls per adapted layer, about 25% faster on CPU; the serving path of papers.md 6.1.7. The driver's
-  held-out evaluation and the exported adapter use the LoRA path.
+  two fewer matmuls per adapted layer, about 25% faster on CPU; the serving path of docs/algorithms.md sec. 6.10. The
+  driver's held-out evaluation and the exported adapter use the LoRA path.
 - `essa.fitness: answer_probability` (an option beside the paper's accuracy, not a black-box reward: it needs the
   reference answer): the probability that decoding at `essa.fitness_temperature` T produces the reference answer +
   EOS, computed exactly by one teacher-forced forward pass over the b prompts instead of estimated by decoding.
@@ -23,7 +23,7 @@ Decisions where the paper is silent (papers.md 6.1):
   (the reference is the argmax at every answer step). `answer_logprob` is the mean log-probability of the
   reference (the SFT objective, a surrogate rather than an expected reward), for measuring the subspace's ceiling
   the way `bench/essa_ceiling.py` does, but without gradients.
-- Scheduling (6.1.11): dynamic hand-out instead of a fixed candidate-to-worker map. Each worker holds at most
+- Scheduling (sec. 6.11): dynamic hand-out instead of a fixed candidate-to-worker map. Each worker holds at most
   `inflight` candidates; whenever one returns, the next queued candidate goes to the worker that just finished,
   so a fast worker takes more. Scores do not depend on which worker computed them (same weights, same batch,
   same seed, one torch thread), so results are identical for any number of workers.

@@ -1,15 +1,16 @@
 """Ask/tell search strategies over the SVD-LoRA offsets, checkpointable without pickle.
 
 - `cma`     full-covariance CMA-ES (Hansen & Ostermeier 2001) through the `cmaes` library, the optimiser of ESSA
-            (ESSA-v3 sec. 3.2; papers.md 2.1 "CMA-ES itself"): standard (mu/mu_w, lambda) defaults, comma selection,
-            no bounds, initial mean = zero offset (the SFT point), sigma0 from the config (papers.md 6.1.1).
+            (ESSA-v3 sec. 3.2; docs/algorithms.md sec. 2.4): standard (mu/mu_w, lambda) defaults, comma selection,
+            no bounds, initial mean = zero offset (the SFT point), sigma0 from the config
+            (docs/algorithms.md sec. 6.2-6.3).
 - `sep_cma` separable (diagonal) CMA-ES, a labelled deviation for large d where a d x d covariance is too heavy
-            (papers.md 2.1 notes that at ESSA's dimensions C barely adapts, so the two behave alike).
-- `es`      the peer baseline: plain Gaussian ES (Qiu et al. 2025; papers.md 1.5, 2.5) with z-scored fitness,
+            (docs/algorithms.md sec. 2.5 notes that at ESSA's dimensions C barely adapts, so the two behave alike).
+- `es`      the peer baseline: plain Gaussian ES (Qiu et al. 2025; docs/algorithms.md sec. 2.6) with z-scored fitness,
             m <- m + (lr / N) sum_n Z_n eps_n (1/sigma folded into lr), with antithetic pairs (m +- sigma eps) as
             the issue asks, or Qiu's original i.i.d. samples (`essa.es_antithetic: false`).
 
-Every strategy maximises the reward; `cmaes` minimises, so CMA is told the negated fitness (papers.md 2.1
+Every strategy maximises the reward; `cmaes` minimises, so CMA is told the negated fitness (docs/algorithms.md sec. 2.4
 "cma.tell(X, -F)"). State is plain numpy arrays and scalars: `state_dict()` returns (JSON-able dict, arrays) and
 `load_state_dict` restores it bit for bit, RNG included, so a resumed run replays the uninterrupted one exactly.
 """
@@ -74,8 +75,8 @@ def restore_attrs(obj: object, meta: dict[str, Any], arrays: Arrays, prefix: str
 class Strategy(ABC):
     """One ask/tell interface: `ask()` -> (population, d) candidates, `tell(candidates, fitness)` (higher is better).
 
-    Also tracks the best candidate told so far, for `returned_point: best` (papers.md 6.1.2). Its fitness is on a
-    different minibatch each generation, so "best" is optimistic; the distribution mean is the default.
+    Also tracks the best candidate told so far, for `returned_point: best` (docs/algorithms.md sec. 6.5). Its fitness is
+    on a different minibatch each generation, so "best" is optimistic; the distribution mean is the default.
     """
 
     kind: str
@@ -126,7 +127,8 @@ class Strategy(ABC):
         self._tell(candidates, fitness)
 
     def result(self) -> np.ndarray:
-        """The returned point: the distribution mean (default) or the best candidate seen (papers.md 6.1.2)."""
+        """The returned point: the distribution mean (default) or the best candidate seen
+        (docs/algorithms.md sec. 6.5)."""
         return (self.best_point if self.returned_point == "best" else self.mean).copy()
 
     def state_dict(self) -> tuple[dict[str, Any], Arrays]:
@@ -156,10 +158,11 @@ class Strategy(ABC):
 
 
 class CMAStrategy(Strategy):
-    """CMA-ES via `cmaes.CMA` (full covariance) or `cmaes.SepCMA` (diagonal) (ESSA-v3 sec. 3.2; papers.md 2.1).
+    """CMA-ES via `cmaes.CMA` (full covariance) or `cmaes.SepCMA` (diagonal) (ESSA-v3 sec. 3.2;
+    docs/algorithms.md sec. 2.4-2.5).
 
     Library defaults throughout (weights, c_sigma, d_sigma, c_c, c_1, c_mu; `cmaes.CMA` also uses the active
-    negative weights of Hansen's 2016 tutorial), no bounds (papers.md 6.1.1), mean 0 = the SFT point, C = I.
+    negative weights of Hansen's 2016 tutorial), no bounds (docs/algorithms.md sec. 6.3), mean 0 = the SFT point, C = I.
     """
 
     def __init__(self, dimension: int, population: int, sigma0: float, seed: int, separable: bool = False, **kw: Any):
@@ -202,7 +205,7 @@ class _ESState:
 
 
 class GaussianES(Strategy):
-    """Plain Gaussian ES with z-scored fitness (Qiu et al.; papers.md 1.5, 2.5), antithetic pairs by default.
+    """Plain Gaussian ES with z-scored fitness (Qiu et al.; docs/algorithms.md sec. 2.6), antithetic pairs by default.
 
     sigma stays fixed (no step-size adaptation in Qiu's method); the update is m <- m + (lr/N) sum Z_n eps_n with
     Z = (F - mean F) / (std F + 1e-8) (Qiu's code adds 1e-8) and N = population. With `antithetic` (default, the
@@ -257,7 +260,8 @@ class GaussianES(Strategy):
 
 
 def make_strategy(cfg: ESSAConfig, dimension: int) -> Strategy:
-    """The strategy named by essa.strategy, seeded by essa.seed, starting at zero offset (papers.md 6.1.1)."""
+    """The strategy named by essa.strategy, seeded by essa.seed, starting at zero offset
+    (docs/algorithms.md sec. 6.2)."""
     common = {"returned_point": cfg.returned_point}
     if cfg.strategy == "es":
         return GaussianES(

@@ -1,4 +1,4 @@
-"""SVD-LoRA: the ESSA search space (ESSA-v3 sec. 3.2; papers.md 2.1 "Parameterization", 5.1).
+"""SVD-LoRA: the ESSA search space (ESSA-v3 sec. 3.2; docs/algorithms.md sec. 2.1-2.3).
 
 Every LoRA factor of the SFT adapter is decomposed on its own (not the product BA):
 
@@ -10,8 +10,8 @@ each factor (Alg. 1 line 6), one contiguous slice per factor, laid out module by
     dimension = adapted matrices x 2 x floor(alpha * r).
 
 A candidate rebuilds A'_j = U_Aj diag(s_Aj + δ_Aj) V_Ajᵀ (B likewise) and runs with ΔW_j = scaling · B'_j A'_j, keeping
-the SFT adapter's LoRA scaling (papers.md 2.1, 6.1.6: the singular values searched are those of the stored, unscaled
-factors). `apply` writes the factors into the model's LoRA weights in place, with no model copy.
+the SFT adapter's LoRA scaling (docs/algorithms.md sec. 2.1, 6.9: the singular values searched are those of the stored,
+unscaled factors). `apply` writes the factors into the model's LoRA weights in place, with no model copy.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def trainable_per_factor(alpha: float, rank: int) -> int:
     """k = floor(alpha * r) singular values per factor (ESSA-v3 Alg. 1 line 6; Fig. 2: r=8, alpha=0.1 gives 0).
 
     The product is rounded to 9 decimals before the floor so float artefacts (0.29 * 100 = 28.999...) do not lose
-    a value. Raises ValueError naming alpha and the rank when k would be 0 (papers.md 5.1 "Guard").
+    a value. Raises ValueError naming alpha and the rank when k would be 0 (docs/algorithms.md sec. 2.2).
     """
     k = math.floor(round(alpha * rank, 9))
     if k < 1:
@@ -64,7 +64,7 @@ class _Factor:
         self.weight = weight
         self.w0 = weight.detach().clone()
         u, s, vh = torch.linalg.svd(self.w0.double(), full_matrices=False)  # thin SVD, s descending
-        self.s = s[:k].cpu().numpy().copy()  # float64 anchor values s0 (papers.md 2.1), on the host
+        self.s = s[:k].cpu().numpy().copy()  # float64 anchor values s0 (docs/algorithms.md sec. 2.1), on the host
         self.u = u[:, :k].to(weight.dtype).contiguous()
         self.vh = vh[:k, :].to(weight.dtype).contiguous()
 
@@ -77,14 +77,14 @@ class _Factor:
 
 
 class SVDLoRA:
-    """The ESSA parameterisation of a peft LoRA model (papers.md 2.1, checklist 5.1 items 2-4).
+    """The ESSA parameterisation of a peft LoRA model (docs/algorithms.md sec. 2.1-2.3).
 
     Args:
         model: a PeftModel whose LoRA weights hold the SFT adapter (the anchor, offsets = 0).
         alpha: fraction of each factor's singular values that is searched: top floor(alpha * r).
         nonnegative: clamp s + δ at 0. The paper does not say whether singular values may turn negative
-            (papers.md 6.1.1); a negative value only flips the sign of that rank-one component, so the default
-            leaves offsets unconstrained, as the unbounded CMA-ES of the paper would.
+            (docs/algorithms.md sec. 6.3); a negative value only flips the sign of that rank-one component, so the
+            default leaves offsets unconstrained, as the unbounded CMA-ES of the paper would.
         adapter_name: the peft adapter to reparameterise (default: the active one).
     """
 
@@ -128,7 +128,8 @@ class SVDLoRA:
         return list(self._modules)
 
     def apply(self, offsets: np.ndarray) -> None:
-        """Write A' = U_A diag(s_A + δ_A) V_Aᵀ and B' likewise into every LoRA layer, in place (papers.md 2.1)."""
+        """Write A' = U_A diag(s_A + δ_A) V_Aᵀ and B' likewise into every LoRA layer, in place
+        (docs/algorithms.md sec. 2.1)."""
         offsets = np.asarray(offsets, dtype=np.float64).reshape(-1)
         if offsets.shape[0] != self._dimension:
             raise ValueError(f"offsets have {offsets.shape[0]} entries, the search space has {self._dimension}")

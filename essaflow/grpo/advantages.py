@@ -5,7 +5,7 @@ and returns advantages of the same shape. A group always lives on one worker, so
 
 The focal weight is applied once, in `group_advantages`, after whichever estimator is selected, so F-GRPO
 composes with every estimator and every loss instead of being copied into each (FGRPO-v2 sec. 4.2, Eq. 13:
-"a single per-prompt scalar multiplied into the group-relative advantage"; papers.md 2.2).
+"a single per-prompt scalar multiplied into the group-relative advantage"; docs/algorithms.md sec. 3.2).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def _uniform(rewards: torch.Tensor) -> torch.Tensor:
 def grpo_advantage(rewards: torch.Tensor, std_mode: StdMode = "bessel", eps: float = 1e-6) -> torch.Tensor:
     """A_i = (R_i - mean R) / (std R + eps) within each group (DeepSeekMath sec. 4.1.2; FGRPO-v2 Eq. 3).
 
-    The paper writes std(.) + eps without saying which std (papers.md 6.2.1), so it is a choice:
+    The paper writes std(.) + eps without saying which std (docs/algorithms.md sec. 7.1), so it is a choice:
     `population` divides by N, `bessel` by N - 1 (verl's default), `none` skips the division (= Dr.GRPO).
     Uniform groups get exactly 0 (not 0 / eps, which is 0 only when the mean is exact).
     """
@@ -64,7 +64,7 @@ def success_rate(correct: torch.Tensor, reward_correct: float = 1.0, reward_wron
     """mu_hat = (mean R - R_w) / (R_c - R_w) per group, from the same N rollouts (FGRPO-v2 Eq. 11).
 
     `correct` holds the verifier's rewards before any shaping (e.g. DAPO's overlong penalty), so mu_hat stays the
-    share of correct rollouts even when the advantage uses a shaped reward (papers.md 6.2.8: our decision).
+    share of correct rollouts even when the advantage uses a shaped reward (docs/algorithms.md sec. 7.7: our decision).
     Clamped to [0, 1]; computed without gradient (it is a function of rewards only).
     """
     with torch.no_grad():
@@ -75,7 +75,7 @@ def success_rate(correct: torch.Tensor, reward_correct: float = 1.0, reward_wron
 def focal_weight(success: torch.Tensor | float, gamma: float) -> torch.Tensor:
     """g = (1 - mu_hat)^gamma (FGRPO-v2 Eq. 12). gamma = 0 gives exactly 1.0 (0^0 = 1), i.e. the base method.
 
-    Example (papers.md 2.2): N = 8, gamma = 0.5, mu_hat = 7/8 -> g = 0.354; mu_hat = 1/8 -> g = 0.935.
+    Example (docs/algorithms.md sec. 3.2): N = 8, gamma = 0.5, mu_hat = 7/8 -> g = 0.354; mu_hat = 1/8 -> g = 0.935.
     """
     mu = torch.as_tensor(success, dtype=torch.float32)
     with torch.no_grad():

@@ -58,9 +58,10 @@ class GRPOConfig(StrictConfig):
     kl_beta: float = trajectory(0.0, ge=0)
     """k3 KL coefficient to the frozen SFT start (DeepSeekMath 0.04; F-GRPO 0). >0 keeps a reference copy."""
     std_mode: Literal["population", "bessel", "none"] = trajectory("bessel")
-    """Std in the group advantage: population (/N), bessel (/N-1, verl's default) or none (papers.md 6.2.1)."""
+    """Std in the group advantage: population (/N), bessel (/N-1, verl's default) or none
+    (docs/algorithms.md sec. 7.1)."""
     adv_eps: float = trajectory(1e-6, ge=0)
-    """eps in (R - mean) / (std + eps) (papers.md 6.2.1; verl's 1e-6)."""
+    """eps in (R - mean) / (std + eps) (docs/algorithms.md sec. 7.1; verl's 1e-6)."""
     aggregation: Literal["token_mean", "seq_mean", "token_sum_norm"] = trajectory("token_mean")
     """token_mean (DAPO, F-GRPO App. L.2), seq_mean (DeepSeekMath), token_sum_norm (Dr.GRPO constant normaliser)."""
     dynamic_sampling: bool = trajectory(False)

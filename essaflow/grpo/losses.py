@@ -3,7 +3,7 @@
 A loss maps per-token log-probs to a per-token loss `[B, T]` (positive = to minimise) and per-token indicator
 tensors for diagnostics. Advantages arrive already focal-weighted (see advantages.py), so F-GRPO needs no code
 here: the three surrogates are positively homogeneous in the advantage, so scaling A by g >= 0 equals scaling
-the prompt's loss by g and leaves every clipping decision unchanged (papers.md 2.2).
+the prompt's loss by g and leaves every clipping decision unchanged (docs/algorithms.md sec. 3.2).
 
 Aggregation is separate and takes global denominators, so the loss of a batch split over W workers (and over
 micro-batches) sums to exactly the loss of the whole batch on one worker.
@@ -88,7 +88,7 @@ def dapo_loss(logp, old_logp, adv, clip):
     DAPO's other parts are options of the trainer, not of this function: token-mean aggregation
     (`aggregation=token_mean`, the default), dynamic sampling (`grpo.dynamic_sampling`) and overlong shaping
     (`grpo.overlong_buffer`, `grpo.overlong_filter`). F-GRPO App. B describes only the asymmetric clip, so both
-    default to off (papers.md 6.2.2).
+    default to off (docs/algorithms.md sec. 7.2).
     """
     return _ppo_clip(logp, old_logp, adv, clip)
 
@@ -99,7 +99,7 @@ def cispo_loss(logp, old_logp, adv, clip):
 
     Every token keeps its gradient; only the importance weight is clipped and detached. F-GRPO used
     eps_low 1.0, eps_high 5.0, i.e. clip(r, 0, 6) (App. L.2). Since r > 0, that equals min(r, 6), the ScaleRL
-    spelling, so the two readings of papers.md 6.2.3 agree.
+    spelling, so the two readings of docs/algorithms.md sec. 7.3 agree.
     """
     ratio = torch.exp(logp - old_logp).detach()
     weight = torch.clamp(ratio, 1.0 - clip.low, 1.0 + clip.high)

@@ -218,7 +218,7 @@ def collect(
     Dynamic sampling (DAPO sec. 3.2), when on, retries each zero-variance group with another problem for that
     slot, up to `dynamic_sampling_rounds` times. Groups still uniform afterwards are kept with zero advantage
     (no gradient, but their tokens count in the token-mean denominator): a fixed batch shape per worker keeps
-    DDP in lock-step. This changes the mu_hat distribution the focal weight sees (papers.md 6.2.2).
+    DDP in lock-step. This changes the mu_hat distribution the focal weight sees (docs/algorithms.md sec. 7.2).
     """
     start = time.perf_counter()
     index = step_prompt_indices(step, s.prompts_per_step, len(train), s.seed)

@@ -1,6 +1,6 @@
 """The GRPO-family loop as one worker runs it, in-process or as a Ray Train DDP rank.
 
-Per rollout step (FGRPO-v2 App. L; docs/algorithms.md):
+Per rollout step (FGRPO-v2 App. L; docs/algorithms.md sec. 3):
   rollout     sample G completions for this worker's prompt groups and score them (rollout.py);
   advantages  group-normalised, focal-weighted by (1 - success_rate)^gamma (advantages.py, inside the rollout);
   loss, step  the mini-batch updates with DDP all-reduce and clipping (update.py);

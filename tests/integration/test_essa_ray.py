@@ -22,8 +22,8 @@ from essaflow.config import load_config
 from essaflow.essa.population import CandidateScorer, LocalPopulation, RayPopulation
 from essaflow.essa.trainer import scoring_spec, train_essa
 from essaflow.warm_start import cached_sft_adapter, prepare_splits
-from tests.unit import essa_tiny
-from tests.unit.essa_tiny import make_tiny
+from tests.support import essa_tiny
+from tests.support.essa_tiny import make_tiny
 
 pytestmark = pytest.mark.integration
 

@@ -9,7 +9,7 @@ from safetensors.torch import load_file
 
 from essaflow.grpo import checkpoint as ckpt
 from essaflow.grpo.trainer import train_grpo
-from tests.unit.grpo_tiny import make_tiny
+from tests.support.grpo_tiny import make_tiny
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
@@ -24,7 +24,7 @@ def local_ray():
     from essaflow.cluster import reload_ray_auth
 
     reload_ray_auth()  # Ray caches auth per process: an earlier local Ray's token must not leak into this one
-    # workers import the test reward from tests/unit/grpo_tiny.py, hence the PYTHONPATH; "local" never joins a
+    # workers import the test reward from tests/support/grpo_tiny.py, hence the PYTHONPATH; "local" never joins a
     # stale `ray start` cluster recorded on this machine
     ray.init(
         address="local",

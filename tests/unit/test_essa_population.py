@@ -11,7 +11,7 @@ from essaflow.essa.population import CandidateScorer, LocalPopulation, payload_b
 from essaflow.essa.trainer import scoring_spec
 from essaflow.models import attach_lora, load_base_model, load_model_with_adapter, load_tokenizer, save_adapter
 from essaflow.warm_start import prepare_splits
-from tests.unit.essa_tiny import make_tiny
+from tests.support.essa_tiny import make_tiny
 
 
 @pytest.fixture(scope="module")

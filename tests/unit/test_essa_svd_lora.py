@@ -8,7 +8,7 @@ from transformers import AutoModelForCausalLM
 
 from essaflow.essa.svd_lora import SVDLoRA, trainable_per_factor
 from essaflow.models import load_model_with_adapter
-from tests.unit.essa_tiny import make_tiny
+from tests.support.essa_tiny import make_tiny
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import pytest
 from essaflow.essa.checkpoint import latest_checkpoint
 from essaflow.essa.minibatch import MinibatchSampler
 from essaflow.essa.trainer import train_essa
-from tests.unit.essa_tiny import make_tiny
+from tests.support.essa_tiny import make_tiny
 
 
 class Killed(RuntimeError):

@@ -21,7 +21,7 @@ def _group(correct: int, n: int = 8) -> torch.Tensor:
 
 
 def test_focal_weight_known_values():
-    # papers.md 2.2: N = 8, gamma = 0.5: mu = 7/8 -> 0.354, mu = 1/8 -> 0.935
+    # docs/algorithms.md sec. 3.2: N = 8, gamma = 0.5: mu = 7/8 -> 0.354, mu = 1/8 -> 0.935
     assert float(focal_weight(success_rate(_group(7)), 0.5)) == pytest.approx(0.3536, abs=1e-4)
     assert float(focal_weight(success_rate(_group(1)), 0.5)) == pytest.approx(0.9354, abs=1e-4)
     assert float(focal_weight(7 / 8, 1.0)) == pytest.approx(0.125)
@@ -40,7 +40,8 @@ def test_success_rate_is_the_share_of_correct_rollouts_of_the_same_group():
 
 @pytest.mark.parametrize("std_mode", ["population", "bessel"])
 def test_binary_advantages_match_the_closed_form(std_mode):
-    # papers.md 2.2: population std gives |A+| = sqrt((1-mu)/mu), |A-| = sqrt(mu/(1-mu)); Bessel x sqrt((N-1)/N)
+    # docs/algorithms.md sec. 3.1: population std gives |A+| = sqrt((1-mu)/mu), |A-| = sqrt(mu/(1-mu)); Bessel x
+    # sqrt((N-1)/N)
     n, k = 8, 3
     mu = k / n
     adv = group_advantages(_group(k, n), std_mode=std_mode, eps=0.0).advantages[0]

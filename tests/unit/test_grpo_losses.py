@@ -119,7 +119,7 @@ def test_gamma_zero_gives_identical_loss_and_gradients_to_plain_grpo(name, aggre
 
 @pytest.mark.parametrize("name", sorted(LOSSES))
 def test_focal_weight_equals_scaling_each_prompts_loss(name):
-    # positive homogeneity (papers.md 2.2): surrogate(g A) = g surrogate(A), clipping unchanged
+    # positive homogeneity (docs/algorithms.md sec. 3.2): surrogate(g A) = g surrogate(A), clipping unchanged
     rewards, logits, old, mask = _batch(1, groups=1)
     out = group_advantages(rewards, gamma=1.0)
     base = group_advantages(rewards, gamma=0.0).advantages.reshape(-1)

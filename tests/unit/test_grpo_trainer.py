@@ -12,7 +12,7 @@ from essaflow.grpo.rollout import collect, step_prompt_indices, worker_slots
 from essaflow.grpo.trainer import train_grpo
 from essaflow.grpo.worker import build_policy
 from essaflow.models import load_tokenizer
-from tests.unit.grpo_tiny import make_tiny
+from tests.support.grpo_tiny import make_tiny
 
 TIMING = {"step_s", "gen_s", "train_s", "tokens_per_s"}
 
@@ -146,10 +146,30 @@ def test_dynamic_sampling_retries_uniform_groups(tiny, tmp_path):
     assert m["zero_variance_share_final"] < m["zero_variance_share"]
 
 
-def test_overlong_shaping_and_filtering_run(tiny, tmp_path):
-    cfg, splits, start = make_tiny(tiny, ["grpo.overlong_buffer=2", "grpo.overlong_filter=true", "grpo.steps=1"])
-    m = train_grpo(cfg, splits, start, tmp_path).metrics[0]
+def test_overlong_shaping_and_filtering_change_the_batch_and_the_update(tiny, tmp_path):
+    """Shaping lowers the reward of truncated completions; the filter takes exactly their tokens out of the loss."""
+    shaped = ["grpo.overlong_buffer=2", "grpo.steps=1"]
+    cfg, splits, start = make_tiny(tiny, shaped)
+    cfg_filtered = make_tiny(tiny, [*shaped, "grpo.overlong_filter=true"])[0]
+    model = build_policy(cfg, start, None, torch.device("cpu"))
+    tok = load_tokenizer(cfg.model)
+    slots, n = worker_slots(cfg.grpo.prompts_per_step, 1, 0), cfg.grpo.prompts_per_step
+    plain = collect(model, tok, splits.train, slots, 0, n, _settings(cfg))
+    kept = collect(model, tok, splits.train, slots, 0, n, _settings(cfg_filtered))
+    assert torch.equal(plain.completion_ids, kept.completion_ids)  # same seed, same samples: only the mask differs
+    cut = plain.truncated
+    assert cut.any() and float(plain.loss_mask[cut].sum()) > 0  # without the filter truncated tokens carry loss
+    assert float(kept.loss_mask[cut].sum()) == 0.0  # with it they carry none
+    assert torch.equal(kept.loss_mask[~cut], plain.loss_mask[~cut])  # and the other completions keep theirs
+    assert torch.all(plain.rewards.reshape(-1)[cut] < plain.correct.reshape(-1)[cut])  # soft overlong punishment
+    assert torch.equal(plain.correct, kept.correct) and torch.equal(plain.rewards, kept.rewards)
+
+    unfiltered = train_grpo(cfg, splits, start, tmp_path / "plain")
+    filtered = train_grpo(cfg_filtered, splits, start, tmp_path / "filtered")
+    m = filtered.metrics[0]
     assert m["truncated_share"] > 0 and m["reward_mean"] < m["correct_mean"]
+    a, b = _weights(unfiltered.adapter_dir), _weights(filtered.adapter_dir)
+    assert any(not torch.equal(a[k], b[k]) for k in a), "the filter must change the update"
 
 
 def test_training_log_probs_are_the_ones_the_samples_were_drawn_from(tiny):

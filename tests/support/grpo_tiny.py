@@ -14,7 +14,7 @@ from essaflow.data import Splits
 from essaflow.models import attach_lora, load_base_model, save_adapter
 from essaflow.rewards import REWARDS, register_reward
 from essaflow.warm_start import prepare_splits
-from tests.unit.essa_tiny import random_base
+from tests.support.essa_tiny import random_base
 
 if "test_low_digit" not in REWARDS:
 

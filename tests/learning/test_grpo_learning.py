@@ -4,6 +4,8 @@ CleanRL-style smoke test of the whole learner: real tiny model, real task, real 
 pipeline's SFT start (`cached_sft_adapter`: trained once per test session and shared with any other test that
 uses the tiny presets). F-GRPO with gamma 0.5, 60 steps at lr 1e-3 (faster than the preset's 3e-4; measured
 gains over 3 seeds: pass@1 +3.3 / +4.6 / +5.1 points, greedy +2.7 / +4.7 / +4.7).
+
+No server: it lives in tests/learning (training that proves learning on held-out data), not tests/integration.
 """
 
 from pathlib import Path
@@ -14,7 +16,7 @@ from essaflow.config import EvalConfig, load_config
 from essaflow.grpo.trainer import train_grpo
 from essaflow.warm_start import cached_sft_adapter, evaluate_adapter, prepare_splits
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.learning
 PRESET = Path(__file__).resolve().parents[2] / "configs" / "tiny-fgrpo.yaml"
 
 
