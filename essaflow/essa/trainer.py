@@ -6,8 +6,8 @@ Per generation t:
   3. score each candidate by inference only (Ray pool or in process, `population.py`),
   4. tell the strategy the fitnesses (maximised),
   5. record the generation's metrics; now and then a held-out evaluation and a checkpoint.
-Every `eval_every` generations the returned point (mean by default, docs/algorithms.md sec. 6.5) is measured on the held-out
-split by greedy accuracy; training stops early once it reaches `target_accuracy`. Every `checkpoint_every`
+Every `eval_every` generations the returned point (mean by default, docs/algorithms.md sec. 6.5) is measured on
+the held-out split by greedy accuracy; training stops early once it reaches `target_accuracy`. Every `checkpoint_every`
 generations the driver writes its whole state (strategy with its RNG, minibatch sampler with its RNG, generation,
 metrics, the trajectory settings) as JSON + arrays; a new call with the same checkpoint_dir resumes from the latest
 complete checkpoint and replays the uninterrupted run bit for bit on CPU (fitness depends only on offsets, prompts

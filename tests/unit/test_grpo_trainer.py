@@ -153,9 +153,10 @@ def test_overlong_shaping_and_filtering_change_the_batch_and_the_update(tiny, tm
     cfg_filtered = make_tiny(tiny, [*shaped, "grpo.overlong_filter=true"])[0]
     model = build_policy(cfg, start, None, torch.device("cpu"))
     tok = load_tokenizer(cfg.model)
-    slots, n = worker_slots(cfg.grpo.prompts_per_step, 1, 0), cfg.grpo.prompts_per_step
-    plain = collect(model, tok, splits.train, slots, 0, n, _settings(cfg))
-    kept = collect(model, tok, splits.train, slots, 0, n, _settings(cfg_filtered))
+    slots = worker_slots(cfg.grpo.prompts_per_step, 1, 0)
+    budget = cfg.grpo.max_new_tokens or cfg.sampling.max_new_tokens
+    plain = collect(model, tok, splits.train, slots, 0, cfg.grpo, cfg.eval.reward, budget)
+    kept = collect(model, tok, splits.train, slots, 0, cfg_filtered.grpo, cfg.eval.reward, budget)
     assert torch.equal(plain.completion_ids, kept.completion_ids)  # same seed, same samples: only the mask differs
     cut = plain.truncated
     assert cut.any() and float(plain.loss_mask[cut].sum()) > 0  # without the filter truncated tokens carry loss
@@ -168,7 +169,7 @@ def test_overlong_shaping_and_filtering_change_the_batch_and_the_update(tiny, tm
     filtered = train_grpo(cfg_filtered, splits, start, tmp_path / "filtered")
     m = filtered.metrics[0]
     assert m["truncated_share"] > 0 and m["reward_mean"] < m["correct_mean"]
-    a, b = _weights(unfiltered.adapter_dir), _weights(filtered.adapter_dir)
+    a, b = _weights(unfiltered.output_dir), _weights(filtered.output_dir)
     assert any(not torch.equal(a[k], b[k]) for k in a), "the filter must change the update"
 
 
