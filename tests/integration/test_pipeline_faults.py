@@ -9,11 +9,10 @@ import time
 
 import pytest
 
-from essaflow import tracking
+from essaflow import tracking, training
 from essaflow.artifacts import manifest_digest
 from essaflow.config import parse_config
 from essaflow.storage import MANIFEST, open_store
-from tasks import training
 from tests.integration.pipeline_support import task_run_states, tiny
 
 pytestmark = pytest.mark.integration
