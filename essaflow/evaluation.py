@@ -39,9 +39,7 @@ class EvalConfig(StrictConfig):
     @field_validator("reward")
     @classmethod
     def _known_reward(cls, v: str) -> str:
-        if v not in REWARDS:
-            raise ValueError(f"unknown reward {v!r}; known: {sorted(REWARDS)}")
-        return v
+        return REWARDS.check(v)
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

@@ -55,6 +55,11 @@ class Registry(Generic[T]):
         except KeyError:
             raise UnknownName(f"unknown {self.kind} {name!r}; known: {self.names()}") from None
 
+    def check(self, name: str) -> str:
+        """`name` if it is registered, else UnknownName listing the known names (for config validators)."""
+        self[name]
+        return name
+
     def get(self, name: str) -> T:
         """The function registered as `name`; an UnknownName error listing the known names otherwise."""
         return self[name].fn

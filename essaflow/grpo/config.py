@@ -105,16 +105,12 @@ class GRPOConfig(StrictConfig):
     @field_validator("loss")
     @classmethod
     def _known_loss(cls, v: str) -> str:
-        if v not in LOSSES:
-            raise ValueError(f"unknown loss {v!r}; known: {sorted(LOSSES)}")
-        return v
+        return LOSSES.check(v)
 
     @field_validator("advantage")
     @classmethod
     def _known_advantage(cls, v: str) -> str:
-        if v not in ADVANTAGES:
-            raise ValueError(f"unknown advantage {v!r}; known: {sorted(ADVANTAGES)}")
-        return v
+        return ADVANTAGES.check(v)
 
     @model_validator(mode="after")
     def _batch_splits_evenly(self) -> GRPOConfig:
