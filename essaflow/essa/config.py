@@ -51,7 +51,17 @@ class ESSAConfig(StrictConfig):
     fitness_temperature: float = trajectory(0.0, ge=0.0)
     """Decoding temperature when scoring candidates; 0 = greedy (docs/algorithms.md sec. 6.7)."""
     fitness: Literal["accuracy", "answer_probability", "answer_logprob"] = trajectory("accuracy")
-    """accuracy: mean reward of decoded answers (paper); answer_*: exact P_T / log P of the reference (gray-box)."""
+    """accuracy: mean task reward of decoded answers, a black-box reward (the paper); answer_probability /
+    answer_logprob: exact P_T / log P of the reference answer, gray-box (needs reference answers; our option)."""
+    fitness_samples: int = trajectory(1, ge=1)
+    """m: completions decoded per prompt at fitness_temperature, rewards averaged (still reward-only; m > 1 needs
+    fitness_temperature > 0). A finer reward: b * m outcomes instead of b (docs/algorithms.md sec. 6.7)."""
+    fitness_shaping: Literal["zscore", "centered_rank"] = trajectory("zscore")
+    """strategy=es: how fitnesses weight the noise: zscore (Qiu et al.) or centred ranks in [-0.5, 0.5] with tied
+    fitnesses sharing their mean rank, so ties carry no weight (docs/algorithms.md sec. 6.16)."""
+    offsets: Literal["additive", "relative"] = trajectory("additive")
+    """Search parameterisation: additive s0 + theta (the paper) or relative s0 * (1 + theta), which puts every
+    factor's values on one scale, so one sigma fits all (docs/algorithms.md sec. 6.16)."""
     merged_scoring: bool = trajectory(True)
     """Scorers merge B'A' into the base weights and skip the LoRA path (same function, ~25% faster on CPU)."""
     eval_every: int = Field(10, ge=0)
@@ -78,8 +88,16 @@ class ESSAConfig(StrictConfig):
     def _accept_old_keys(cls, data: Any) -> Any:
         return renamed_keys(data, RENAMED, "essa")
 
+    @property
+    def fitness_kind(self) -> str:
+        """How the fitness was obtained, for every output that reports an ESSA result."""
+        return "black-box reward" if self.fitness == "accuracy" else "gray-box: needs reference answers"
+
     @model_validator(mode="after")
     def _antithetic_pairs(self) -> ESSAConfig:
         if self.strategy == "es" and self.es_antithetic and self.population % 2:
             raise ValueError(f"population={self.population} must be even for strategy=es (antithetic pairs)")
+        if self.fitness_samples > 1 and (self.fitness != "accuracy" or self.fitness_temperature == 0):
+            raise ValueError("fitness_samples > 1 needs fitness=accuracy and fitness_temperature > 0 (else the m "
+                             "completions are identical)")
         return self

@@ -79,6 +79,10 @@ class ScoringSpec:
     batch_size: int = 512
     fitness: str = "accuracy"
     """accuracy (decode, then reward) or answer_probability (teacher-forced P(reference answer))."""
+    fitness_samples: int = 1
+    """Completions decoded per prompt (accuracy fitness); the reward is their mean."""
+    offsets: str = "additive"
+    """The search parameterisation (SVDLoRA offsets: additive or relative)."""
     merged: bool = True
     """Score with B'A' merged into the base weights and the LoRA path off (same function, fewer ops)."""
     adapter_files: dict[str, bytes] = field(default_factory=dict)
@@ -108,7 +112,7 @@ class CandidateScorer:
                 target.write_bytes(data)
         # on model.device: auto puts a worker with a GPU share on it, one without (CUDA hidden by Ray) on CPU
         model, tok = load_model_with_adapter(ModelConfig(**spec.model), adapter_dir)
-        self.svd = SVDLoRA(model, spec.alpha, nonnegative=spec.nonnegative)
+        self.svd = SVDLoRA(model, spec.alpha, nonnegative=spec.nonnegative, offsets=spec.offsets)
         self.generator = TransformersGenerator(model, tok, spec.batch_size)
         self.reward = get_reward(spec.reward)
         self._answer_ids: list[tuple[list[int], list[int]]] | None = None
@@ -135,13 +139,13 @@ class CandidateScorer:
             return self._answer_probability(prompt_idx)
         outs = self.generator.generate(
             [self.spec.prompts[i] for i in prompt_idx],
-            n=1,
+            n=self.spec.fitness_samples,
             temperature=self.spec.temperature,
             top_p=self.spec.top_p,
             max_new_tokens=self.spec.max_new_tokens,
             seed=seed,
         )
-        rewards = [self.reward(o[0], self.spec.answers[i]) for o, i in zip(outs, prompt_idx)]
+        rewards = [self.reward(text, self.spec.answers[i]) for o, i in zip(outs, prompt_idx) for text in o]
         return float(np.mean(rewards))
 
     @torch.no_grad()

@@ -204,11 +204,35 @@ class _ESState:
         self.generation = 0
 
 
+def centered_ranks(fitness: np.ndarray) -> np.ndarray:
+    """Ranks scaled to [-0.5, 0.5], tied fitnesses sharing their mean rank (so a tie moves nothing).
+
+    With many ties (a coarse reward on a small minibatch) z-scores give the few distinct values huge weights;
+    ranks bound every weight and leave tied candidates exactly at their group's mean.
+    """
+    f = np.asarray(fitness, dtype=np.float64)
+    order = np.argsort(f, kind="stable")
+    ranks = np.empty(len(f))
+    ranks[order] = np.arange(len(f), dtype=np.float64)
+    for value in np.unique(f):  # ties: the mean of the ranks they occupy
+        tied = f == value
+        ranks[tied] = ranks[tied].mean()
+    return ranks / max(len(f) - 1, 1) - 0.5
+
+
+def shaped_fitness(fitness: np.ndarray, shaping: str) -> np.ndarray:
+    """The weights ES gives each candidate's noise: z-scores (Qiu et al.) or centred ranks."""
+    if shaping == "centered_rank":
+        return centered_ranks(fitness)
+    return (fitness - fitness.mean()) / (fitness.std() + 1e-8)  # Qiu's code adds 1e-8
+
+
 class GaussianES(Strategy):
     """Plain Gaussian ES with z-scored fitness (Qiu et al.; docs/algorithms.md sec. 2.6), antithetic pairs by default.
 
     sigma stays fixed (no step-size adaptation in Qiu's method); the update is m <- m + (lr/N) sum Z_n eps_n with
-    Z = (F - mean F) / (std F + 1e-8) (Qiu's code adds 1e-8) and N = population. With `antithetic` (default, the
+    Z = (F - mean F) / (std F + 1e-8) (Qiu's code adds 1e-8; or centred ranks, `shaping`, whose bounded scale
+    wants a smaller lr) and N = population. With `antithetic` (default, the
     peer baseline the issue asks for) members 2i and 2i+1 are m +- sigma e_i: the even part of the reward cancels,
     but N candidates probe only N/2 directions. `antithetic=False` is Qiu's original i.i.d. sampling, which probes
     N directions and is the better use of a budget when the reward is close to linear at scale sigma.
@@ -217,12 +241,21 @@ class GaussianES(Strategy):
     kind = "es"
 
     def __init__(
-        self, dimension: int, population: int, sigma0: float, lr: float, seed: int, antithetic: bool = True, **kw: Any
+        self,
+        dimension: int,
+        population: int,
+        sigma0: float,
+        lr: float,
+        seed: int,
+        antithetic: bool = True,
+        shaping: str = "zscore",
+        **kw: Any,
     ):
         if antithetic and population % 2:
             raise ValueError(f"essa.population={population} must be even for antithetic pairs (essa.strategy=es)")
         super().__init__(dimension, population, **kw)
         self.antithetic = antithetic
+        self.shaping = shaping
         self._s = _ESState(dimension, sigma0, lr, seed)
 
     def ask(self) -> np.ndarray:
@@ -239,7 +272,7 @@ class GaussianES(Strategy):
         s = self._s
         if s.eps.shape[0] != self.population or not np.array_equal(candidates, s.mean + s.sigma * s.eps):
             raise ValueError("tell must receive exactly the candidates of the last ask, in order")
-        z = (fitness - fitness.mean()) / (fitness.std() + 1e-8)
+        z = shaped_fitness(fitness, self.shaping)
         s.mean = s.mean + (s.lr / self.population) * (z @ s.eps)
         s.eps = np.zeros((0, self.dimension))
         s.generation += 1
@@ -265,6 +298,13 @@ def make_strategy(cfg: ESSAConfig, dimension: int) -> Strategy:
     common = {"returned_point": cfg.returned_point}
     if cfg.strategy == "es":
         return GaussianES(
-            dimension, cfg.population, cfg.sigma0, cfg.es_lr, cfg.seed, antithetic=cfg.es_antithetic, **common
+            dimension,
+            cfg.population,
+            cfg.sigma0,
+            cfg.es_lr,
+            cfg.seed,
+            antithetic=cfg.es_antithetic,
+            shaping=cfg.fitness_shaping,
+            **common,
         )
     return CMAStrategy(dimension, cfg.population, cfg.sigma0, cfg.seed, separable=cfg.strategy == "sep_cma", **common)

@@ -85,13 +85,25 @@ class SVDLoRA:
         nonnegative: clamp s + δ at 0. The paper does not say whether singular values may turn negative
             (docs/algorithms.md sec. 6.3); a negative value only flips the sign of that rank-one component, so the
             default leaves offsets unconstrained, as the unbounded CMA-ES of the paper would.
+        offsets: "additive" (the paper: s' = s0 + θ) or "relative" (s' = s0 · (1 + θ), so one step size fits
+            every factor although the SFT singular values span orders of magnitude; docs/algorithms.md sec. 6.16).
         adapter_name: the peft adapter to reparameterise (default: the active one).
     """
 
-    def __init__(self, model: PeftModel, alpha: float, nonnegative: bool = False, adapter_name: str | None = None):
+    def __init__(
+        self,
+        model: PeftModel,
+        alpha: float,
+        nonnegative: bool = False,
+        adapter_name: str | None = None,
+        offsets: str = "additive",
+    ):
+        if offsets not in ("additive", "relative"):
+            raise ValueError(f"offsets={offsets!r}: additive or relative")
         self.model = model
         self.alpha = alpha
         self.nonnegative = nonnegative
+        self.offsets = offsets
         name = adapter_name or model.active_adapter
         self.adapter_name = name
         self._modules: list[tuple[LoraLayer, str]] = []
@@ -135,6 +147,8 @@ class SVDLoRA:
             raise ValueError(f"offsets have {offsets.shape[0]} entries, the search space has {self._dimension}")
         for factor, part in zip(self._factors, self.layout):
             delta = offsets[part.start : part.stop]
+            if self.offsets == "relative":  # θ is a fraction of the SFT value: δ = s0 · θ
+                delta = factor.s * delta
             if self.nonnegative:
                 delta = np.maximum(factor.s + delta, 0.0) - factor.s
             factor.write(torch.from_numpy(np.ascontiguousarray(delta)))
@@ -158,7 +172,12 @@ class SVDLoRA:
                 if tokenizer is not None:
                     tokenizer.save_pretrained(tmp)
                 np.save(tmp / "essa_offsets.npy", np.asarray(offsets, dtype=np.float64), allow_pickle=False)
-                meta = {"alpha": self.alpha, "dimension": self.dimension, "matrices": self.num_matrices}
+                meta = {
+                    "alpha": self.alpha,
+                    "dimension": self.dimension,
+                    "matrices": self.num_matrices,
+                    "offsets": self.offsets,
+                }
                 (tmp / "essa.json").write_text(json.dumps(meta, indent=2))
         finally:
             self.apply(previous)

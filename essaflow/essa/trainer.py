@@ -40,6 +40,8 @@ from essaflow.sampling import TransformersGenerator
 
 log = logging.getLogger(__name__)
 
+TIED_SHARE, TIED_GENERATIONS = 0.5, 5  # warn when half the population ties for this many generations in a row
+
 
 def generation_seed(seed: int, generation: int) -> int:
     """Sampling seed of a generation's fitness decoding (common to all its candidates)."""
@@ -66,6 +68,8 @@ def scoring_spec(cfg: PipelineConfig, splits: Splits, sft_adapter: Path, ship_ad
         top_p=cfg.sampling.top_p,
         batch_size=cfg.sampling.batch_size,
         fitness=e.fitness,
+        fitness_samples=e.fitness_samples,
+        offsets=e.offsets,
         merged=e.merged_scoring,
         # workers on other machines rebuild the adapter from these (small: LoRA + tokenizer)
         adapter_files={str(p.relative_to(sft_adapter)): p.read_bytes() for p in files},
@@ -100,6 +104,9 @@ class GenerationMetrics:
     fitness_mean: float | None = None
     fitness_max: float | None = None
     fitness_min: float | None = None
+    fitness_std: float | None = None
+    distinct_fitness: int | None = None
+    tie_share: float | None = None
     sigma: float | None = None
     mean_norm: float | None = None
     wall_s: float | None = None
@@ -123,6 +130,9 @@ class GenerationMetrics:
             fitness_mean=float(fitness.mean()),
             fitness_max=float(fitness.max()),
             fitness_min=float(fitness.min()),
+            fitness_std=float(fitness.std()),
+            distinct_fitness=int(len(np.unique(fitness))),
+            tie_share=round(1.0 - len(np.unique(fitness)) / len(fitness), 4),
             sigma=strategy.sigma,
             mean_norm=float(np.linalg.norm(strategy.mean)),
             wall_s=round(wall_s, 4),
@@ -157,12 +167,14 @@ class Search:
     work_by_node: Counter = field(default_factory=Counter)
     worker_failures: int = 0
     bytes_seen: list[int] = field(default_factory=list)
+    tied_run: int = 0
+    """Consecutive generations in which most candidates tied (see `warn_on_ties`)."""
 
     @classmethod
     def start(cls, cfg: PipelineConfig, splits: Splits, sft_adapter: Path) -> Search:
         e = cfg.essa
         model, tok = load_model_with_adapter(cfg.model, sft_adapter)
-        svd = SVDLoRA(model, e.alpha, nonnegative=e.nonnegative)
+        svd = SVDLoRA(model, e.alpha, nonnegative=e.nonnegative, offsets=e.offsets)
         evaluator = TransformersGenerator(model, tok, cfg.sampling.batch_size)
         strategy = make_strategy(e, svd.dimension)
         sampler = MinibatchSampler(len(splits.train), e.minibatch, e.seed)
@@ -186,11 +198,25 @@ class Search:
             row.eval_greedy = self.held_out()
             if e.target_accuracy is not None and row.eval_greedy >= e.target_accuracy:
                 row.stopped_early = True
+        self.warn_on_ties(row.tie_share or 0.0)
         self.bytes_seen.append(stats.bytes_total)
         self.work_by_node.update(row.per_node or {})
         self.worker_failures += stats.worker_failures
         self.history.append(row.as_row())
         return self.history[-1]
+
+    def warn_on_ties(self, tie_share: float) -> None:
+        """Most candidates scoring alike for several generations means the search ranks noise: say what helps."""
+        self.tied_run = self.tied_run + 1 if tie_share >= TIED_SHARE else 0
+        if self.tied_run == TIED_GENERATIONS:
+            log.warning(
+                "ESSA: %.0f%%+ of the candidates tied for %d generations in a row (generation %d): the fitness "
+                "cannot tell them apart. Raise essa.sigma0 (or use essa.offsets=relative), essa.minibatch, or "
+                "essa.fitness_samples with essa.fitness_temperature > 0 (docs/algorithms.md sec. 6.16)",
+                100 * TIED_SHARE,
+                TIED_GENERATIONS,
+                self.generation,
+            )
 
     def checkpoint_due(self) -> bool:
         every = self.cfg.essa.checkpoint_every
