@@ -21,18 +21,10 @@ from essaflow.evaluation import EvalReport
 from essaflow.results import TrainCallbacks
 from essaflow.storage import open_store
 from essaflow.tiny_model import cache_root
-from essaflow.training import RunStorage, train
+from essaflow.training import RunStorage, method_label, method_tags, train
 from essaflow.warm_start import cached_sft_adapter, evaluate_output, prepare_splits
 
 HEADLINE = ("greedy", "pass@1", "pass@8")
-
-
-def method_label(cfg: PipelineConfig) -> str:
-    """E.g. 'ESSA(cma, accuracy)', 'GRPO', 'F-GRPO(gamma=0.5)', 'F-DAPO(gamma=1.0)'."""
-    if cfg.method == "essa":
-        return f"ESSA({cfg.essa.strategy}, {cfg.essa.fitness})"
-    base = cfg.grpo.loss.upper()
-    return base if cfg.grpo.gamma == 0 else f"F-{base}(gamma={cfg.grpo.gamma:g})"
 
 
 def _progress(msg: str) -> None:
@@ -51,7 +43,10 @@ def _progress_line(cfg: PipelineConfig, row: dict[str, Any]) -> str | None:
     if "eval_greedy" not in row and done % max(1, total // 20) and done != total:
         return None
     if cfg.method == "essa" and "fitness_mean" in row:
-        line = f"fitness {row['fitness_mean']:.3f}/{row['fitness_max']:.3f} sigma {row['sigma']:.3g}"
+        line = (
+            f"fitness {row['fitness_mean']:.3f}/{row['fitness_max']:.3f} ties {row['tie_share']:.2f} "
+            f"sigma {row['sigma']:.3g}"
+        )
     elif "reward_mean" in row:
         line = (
             f"reward {row['reward_mean']:.3f} zero-var {row['zero_variance_share']:.2f} "
@@ -91,6 +86,7 @@ def run_training_job(cfg: PipelineConfig) -> dict[str, Any]:
     evals = [m for m in result.metrics if "eval_greedy" in m]
     return {
         "method": label,
+        **method_tags(cfg),
         "before": _headline(before),
         "after": _headline(after),
         "before_pass_at_k": before.pass_at_k,

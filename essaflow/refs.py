@@ -74,6 +74,10 @@ class AdapterRef(Ref):
     """Content digest (hash of its manifest's file list)."""
     kind: str
     """sft | essa | fgrpo | none | given."""
+    method_label: str = ""
+    """The method variant that trained it, e.g. ESSA(es, accuracy) or F-GRPO(gamma=1)."""
+    fitness_kind: str = ""
+    """ESSA: black-box reward or gray-box: needs reference answers (empty for other methods)."""
     output_kind: str = "lora"
     """lora: a LoRA adapter for the base model; full: a whole fine-tuned checkpoint (F-GRPO grpo.parameters=full)."""
     steps: int = 0

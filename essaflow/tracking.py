@@ -63,6 +63,8 @@ def flat_params(cfg: PipelineConfig) -> dict[str, str]:
         out[prefix] = scrub(safe_uri(value) if "://" in value else value)[:6000]
 
     walk("", cfg.model_dump(mode="json"))
+    if cfg.method == "essa":  # how the ESSA result was obtained, beside the fitness it names
+        out["essa.fitness_kind"] = cfg.essa.fitness_kind
     return out
 
 

@@ -28,6 +28,25 @@ log = logging.getLogger(__name__)
 TRAINERS = {"essa": ("essaflow.essa.trainer", "train_essa"), "fgrpo": ("essaflow.grpo.trainer", "train_grpo")}
 
 
+def method_label(cfg: PipelineConfig) -> str:
+    """The method variant as results show it: 'ESSA(es, accuracy)', 'GRPO', 'F-GRPO(gamma=0.5)', 'F-DAPO(...)'."""
+    if cfg.method == "essa":
+        return f"ESSA({cfg.essa.strategy}, {cfg.essa.fitness})"
+    if cfg.method == "none":
+        return "SFT only"
+    base = cfg.grpo.loss.upper()
+    return base if cfg.grpo.gamma == 0 else f"F-{base}(gamma={cfg.grpo.gamma:g})"
+
+
+def method_tags(cfg: PipelineConfig) -> dict[str, str]:
+    """What every reported result carries about how it was obtained: the method variant and, for ESSA, the
+    kind of fitness ('black-box reward' from the task reward alone, or 'gray-box: needs reference answers')."""
+    tags = {"method_label": method_label(cfg)}
+    if cfg.method == "essa":
+        tags["fitness_kind"] = cfg.essa.fitness_kind
+    return tags
+
+
 def load_trainer(method: str) -> Callable[..., TrainResult]:
     module, fn = TRAINERS[method]
     return getattr(importlib.import_module(module), fn)

@@ -11,6 +11,7 @@ from essaflow.artifacts import fetch_dir, read_eval_report
 from essaflow.config import PipelineConfig
 from essaflow.refs import AdapterRef, DatasetRef, EvalRef, ModelRef, RegisteredRef, RunRef
 from essaflow.timing import Timer
+from essaflow.training import method_tags
 from tasks.retry import retry_policy
 from tasks.run import record_stage, tracked
 
@@ -38,6 +39,7 @@ def register(
         reports = {before.label: read_eval_report(before), after.label: read_eval_report(after)}
     tags = {
         "method": config.method,
+        **method_tags(config),
         "base_model": config.model.name_or_path,
         "dataset_hash": dataset.hash,
         "dataset_uri": dataset.uri,

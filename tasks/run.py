@@ -17,6 +17,7 @@ from essaflow.artifacts import check_storage, storage_uri_for
 from essaflow.config import PipelineConfig
 from essaflow.refs import AdapterRef, DatasetRef, EvalRef, ModelRef, PipelineResult, RegisteredRef, RunRef
 from essaflow.timing import Timer
+from essaflow.training import method_tags
 from essaflow.training_cluster import check_training_fits
 from tasks.progress import notify
 
@@ -69,6 +70,7 @@ def open_run(config: PipelineConfig) -> RunRef:
     with timer.part("tracking"):
         tags = {
             "essaflow.method": config.method,
+            **{f"essaflow.{k}": v for k, v in method_tags(config).items()},
             "essaflow.storage_uri": storage_uri,
             "essaflow.run_uri": f"{storage_uri.rstrip('/')}/runs/{run_id}",
             "essaflow.git_commit": tracking.git_commit(),
@@ -132,6 +134,8 @@ def _markdown(
 {mlflow_link} (tracking `{tracking.safe_uri(run.tracking_uri)}`), registered model `{model.model_uri}`.
 Promotion gate: {model.decision}.
 
+Method: {adapter.method_label or adapter.kind}{f"; fitness: {adapter.fitness_kind}" if adapter.fitness_kind else ""}.
+
 | metric | before | after | delta |
 |---|---|---|---|
 {rows}
@@ -191,7 +195,9 @@ def close_run(
         mlflow_run_id=run.mlflow_run_id,
         dataset_uri=dataset.uri,
         adapter_uri=adapter.uri,
-        training=adapter.model_dump(include={"kind", "steps", "resumed_from", "work_by_node", "worker_failures"}),
+        training=adapter.model_dump(
+            include={"kind", "method_label", "fitness_kind", "steps", "resumed_from", "work_by_node", "worker_failures"}
+        ),
         stages=walls,
         cached=sorted(cached),
         flow_s=flow_s,

@@ -25,7 +25,7 @@ from essaflow.storage import StorageError, open_store
 from essaflow.timing import Timer
 from essaflow.tiny_model import cache_root
 from essaflow.tracking_buffer import BufferedStepMetrics
-from essaflow.training import RunStorage
+from essaflow.training import RunStorage, method_tags
 from essaflow.warm_start import cached_sft_adapter, sft_key
 from tasks.progress import StageProgress
 from tasks.retry import retry_policy
@@ -127,6 +127,7 @@ def train(config: PipelineConfig, dataset: DatasetRef, sft: AdapterRef, run: Run
         uri=trained.uri,
         digest=trained.digest,
         kind=config.method,
+        **method_tags(config),
         output_kind=result.output_kind,
         steps=result.steps,
         resumed_from=result.resumed_from,

@@ -82,3 +82,14 @@ def test_eval_scores_the_champion_from_the_registry(workdir, first_run):
     assert out["model"] == "e2e-tiny@champion"
     assert set(out["pass_at_k"]) == {"greedy", "pass@1", "pass@2", "pass@4"}
     assert out["report_uri"].startswith("file://")
+
+
+@pytest.mark.parametrize(
+    "fitness,kind", [("accuracy", "black-box reward"), ("answer_logprob", "gray-box: needs reference answers")]
+)
+def test_the_essa_job_json_says_which_kind_of_fitness_produced_it(workdir, fitness, kind):
+    essa = {"population": 4, "generations": 2, "minibatch": 8, "eval_every": 0, "backend": "local", "fitness": fitness}
+    (workdir / f"essa-{fitness}.yaml").write_text(yaml.safe_dump({**TINY, "method": "essa", "essa": essa}))
+    out, _ = essaflow(workdir, "essa", "-c", f"essa-{fitness}.yaml")
+    assert out["fitness_kind"] == kind and out["method_label"] == f"ESSA(cma, {fitness})"
+    assert out["steps"] == 2 and set(out["before"]) >= {"greedy", "pass@1"} and out["output"].endswith("/adapter")

@@ -102,6 +102,7 @@ def test_finetune_essa_deployment_completes_on_a_process_worker(essa_run):
     assert {"finetune-summary", "passk-before-after", "passk-base", "passk-tuned", "train-progress"} <= set(artifacts)
     assert artifacts["train-progress"] == 100.0
     assert "MLflow run" in artifacts["finetune-summary"] and "runs/" in artifacts["finetune-summary"]
+    assert "Method: ESSA(cma, accuracy); fitness: black-box reward" in artifacts["finetune-summary"]
     print(f"finetune-essa via worker: {took:.1f}s")
 
 
@@ -113,10 +114,14 @@ def test_champion_pyfunc_loads_by_alias_and_generates(essa_run, stack_in_process
     version = client.get_model_version_by_alias(MODEL, "champion")
     assert version.tags["essaflow.run_id"] == flow_run_id
     assert version.tags["method"] == "essa" and version.tags["base_model"] == "builtin:tiny"
+    assert version.tags["fitness_kind"] == "black-box reward" and version.tags["method_label"] == "ESSA(cma, accuracy)"
     assert len(version.tags["dataset_hash"]) == 16 and version.tags["git_commit"]
     assert set(json.loads(version.tags["pass_at_k"])) >= {"pass@1", "pass@4"}
     run = client.get_run(version.run_id)  # the pipeline's MLflow run: params, per-generation metrics, plots
     assert run.data.params["method"] == "essa" and run.data.params["essa.population"] == "4"
+    assert run.data.params["essa.fitness_kind"] == "black-box reward"
+    assert run.data.tags["essaflow.fitness_kind"] == "black-box reward"
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "train.tie_share")] == [1, 2]
     assert [m.step for m in client.get_metric_history(run.info.run_id, "train.fitness_mean")] == [1, 2]
     assert {"eval.base.pass_at_1", "eval.tuned.pass_at_4"} <= set(run.data.metrics)
     logged = {a.path for a in client.list_artifacts(run.info.run_id, "eval")}
