@@ -37,7 +37,7 @@ def run_one(cfg, splits, sft, before, seed: int) -> dict:
     return {
         "seed": seed,
         "greedy": round(100 * (after.greedy - before.greedy), 1),
-        "pass@1": round(100 * (after.pass_at_k[1] - before.pass_at_k[1]), 1),
+        "pass@1": round(100 * (after.pass_at_k["1"] - before.pass_at_k["1"]), 1),
         "tie_share": round(float(np.mean([m["tie_share"] for m in gens])), 3),
         "fitness_std": round(float(np.mean([m["fitness_std"] for m in gens])), 4),
         "train_s": round(wall, 1),
@@ -55,7 +55,7 @@ def main() -> None:
     splits = prepare_splits(base.data)
     sft = cached_sft_adapter(base, splits)
     before = evaluate_output(base.model, sft, "lora", splits.eval, base.eval, base.sampling)
-    print(f"SFT start: greedy {before.greedy:.3f}  pass@1 {before.pass_at_k[1]:.3f}", flush=True)
+    print(f"SFT start: greedy {before.greedy:.3f}  pass@1 {before.pass_at_k['1']:.3f}", flush=True)
     rows = []
     for setting in args.setting or [""]:
         cfg = load_config(args.config, ["essa.eval_every=0", "essa.checkpoint_every=0", *setting.split()])

@@ -79,6 +79,10 @@ def warm_start(config: PipelineConfig, dataset: DatasetRef, run: RunRef) -> Adap
     )
 
 
+#: what the progress line shows of a metrics row: ESSA's fitness, ties and step size; GRPO's reward; held-out accuracy
+PROGRESS_KEYS = ("fitness_mean", "tie_share", "sigma", "reward_mean", "zero_variance_share", "loss", "eval_greedy")
+
+
 @task(
     name="train",
     task_run_name="train",
@@ -101,7 +105,7 @@ def train(config: PipelineConfig, dataset: DatasetRef, sft: AdapterRef, run: Run
     def on_metrics(row: dict[str, Any]) -> None:
         with timer.part("tracking"):
             metrics.add(row)
-        shown = [f"{k}={round(v, 4)}" for k, v in row.items() if isinstance(v, float)][:4]
+        shown = [f"{k}={round(row[k], 4)}" for k in PROGRESS_KEYS if isinstance(row.get(k), float | int)]
         progress.update(int(row.get("step", row.get("generation", 0))), " ".join(shown))
 
     with timer.part("storage"):
