@@ -10,15 +10,21 @@ suite (there is no GPU on CI); the CPU-visible logic of each path is unit-tested
    after, LoRA weights moved and kept in float32 (peft keeps adapters in fp32 over a bf16 base).
 3. essa_gpu: an ESSA population pool on a local Ray with one GPU (`essa.workers.gpus=1`, or `1/k` with
    --workers-per-gpu k): candidates/s against the same pool on CPU, and identical rankings up to bf16 noise.
+4. quantization: a quantised frozen base for ESSA scoring (`model.quantization`, ESSA-v3 sec. 4.4.2: INT8/INT4
+   lose < 1 point): held-out greedy accuracy at the SFT point and candidates/s of `CandidateScorer` for bf16, torchao
+   int8 and int4 (the library's path, essaflow.quantization), and, when bitsandbytes is installed, its LLM.int8
+   and NF4 bases (`BitsAndBytesConfig`, the QLoRA path) scored the same way for comparison. On --device cpu:
+   float32 and int8 only (no int4 kernel, bitsandbytes skipped).
 
     python bench/gpu_check.py                 # all parts (~3-6 min on an H100/H200 with the tiny model)
     python bench/gpu_check.py --parts vllm    # one part
-    python bench/gpu_check.py --device cpu --parts bf16_grpo essa_gpu --grpo-steps 3   # smoke run, no GPU
+    python bench/gpu_check.py --device cpu --parts bf16_grpo essa_gpu quantization --grpo-steps 3   # smoke, no GPU
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import tempfile
@@ -35,7 +41,7 @@ from essaflow.models import export_merged, load_model_with_adapter
 from essaflow.sampling import TransformersGenerator, VLLMGenerator
 from essaflow.warm_start import cached_sft_adapter, prepare_splits
 
-PARTS = ("vllm", "bf16_grpo", "essa_gpu")
+PARTS = ("vllm", "bf16_grpo", "essa_gpu", "quantization")
 
 
 def _tokens_per_s(texts: list[list[str]], seconds: float) -> float:
@@ -139,6 +145,87 @@ def part_essa_gpu(cfg: PipelineConfig, splits, adapter: Path, workers_per_gpu: i
     return out
 
 
+def _bnb_scorer(spec, kind: str):
+    """A CandidateScorer over a base bitsandbytes quantised at load time (int8: LLM.int8, nf4: NF4, bf16 compute).
+
+    The scorer is built as usual, with `models.load_model_with_adapter` swapped for a bitsandbytes load while it
+    runs, so everything else (SVD bases, LoRA-path scoring, fitness) is the library's own code.
+    """
+    from unittest import mock
+
+    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+    from essaflow.essa.population import CandidateScorer
+    from essaflow.models import load_adapter, load_tokenizer, resolve_model_path
+
+    bnb = (
+        BitsAndBytesConfig(load_in_8bit=True, llm_int8_skip_modules=["lm_head"])
+        if kind == "int8"
+        else BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.bfloat16)
+    )
+
+    def load(cfg, adapter_dir, quantize=True):
+        base = AutoModelForCausalLM.from_pretrained(
+            resolve_model_path(cfg.name_or_path), quantization_config=bnb, dtype=torch.bfloat16, device_map={"": 0}
+        )
+        return load_adapter(base, adapter_dir).eval(), load_tokenizer(cfg)
+
+    with mock.patch("essaflow.models.load_model_with_adapter", load):
+        return CandidateScorer(dataclasses.replace(spec, merged=False))  # W0 + B'A' cannot go into a bnb weight
+
+
+def part_quantization(cfg: PipelineConfig, splits, adapter: Path, device: str) -> dict:
+    """Held-out greedy at the SFT point (offsets 0, every eval problem) and candidates/s on 128 of them."""
+    from essaflow.essa.population import CandidateScorer
+    from essaflow.essa.trainer import scoring_spec
+
+    gpu = device == "cuda"
+    dtype = "bfloat16" if gpu else "float32"
+    variants = [(dtype, "none"), ("int8", "int8")] + ([("int4", "int4")] if gpu else [])
+    try:
+        import bitsandbytes  # noqa: F401
+
+        bnb = gpu
+    except ImportError:
+        bnb = False
+    out: dict = {"bitsandbytes": bnb}
+    rng = np.random.default_rng(0)
+    idx_all, idx_batch = np.arange(len(splits.eval)), np.arange(min(128, len(splits.eval)))
+    xs = None
+    for label, quant in variants + ([("bnb_int8", "bnb"), ("bnb_nf4", "bnb")] if bnb else []):
+        run = cfg.model_copy(deep=True)
+        q = quant if quant != "bnb" else "none"
+        run.model = run.model.model_copy(update={"dtype": dtype, "device": device, "quantization": q})
+        spec = dataclasses.replace(
+            scoring_spec(run, splits, adapter, ship_adapter=False),
+            prompts=[p.prompt for p in splits.eval],
+            answers=[p.answer for p in splits.eval],
+            fitness="accuracy",
+            temperature=0.0,
+        )
+        try:
+            scorer = _bnb_scorer(spec, label.removeprefix("bnb_")) if quant == "bnb" else CandidateScorer(spec)
+            if xs is None:
+                xs = rng.normal(0, cfg.essa.sigma0, (16, scorer.ready()[0])).astype(np.float32)
+            out[f"{label}_greedy"] = round(scorer.score(0, np.zeros_like(xs[0]), idx_all, 0)[1], 4)
+            scorer.score(0, xs[0], idx_batch, 0)  # warm-up
+            t0 = time.perf_counter()
+            for i, x in enumerate(xs):
+                scorer.score(i, x, idx_batch, 0)
+            out[f"{label}_candidates_per_s"] = round(len(xs) / (time.perf_counter() - t0), 2)
+            del scorer
+        except Exception as err:  # one scheme without a kernel must not hide the others
+            out[f"{label}_error"] = f"{type(err).__name__}: {err}"[:300]
+        if gpu:
+            torch.cuda.empty_cache()
+    ref = out.get(f"{dtype}_greedy")
+    for label, _ in variants[1:] + ([("bnb_int8", ""), ("bnb_nf4", "")] if bnb else []):
+        if ref is not None and f"{label}_greedy" in out:
+            out[f"{label}_greedy_gap"] = round(out[f"{label}_greedy"] - ref, 4)
+            out[f"{label}_speedup"] = round(out[f"{label}_candidates_per_s"] / out[f"{dtype}_candidates_per_s"], 2)
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-c", "--config", default="configs/tiny-fgrpo.yaml")
@@ -163,8 +250,10 @@ def main() -> int:
                 res = part_vllm(cfg, splits, adapter)
             elif part == "bf16_grpo":
                 res = part_bf16_grpo(cfg, splits, adapter, args.grpo_steps, args.device)
-            else:
+            elif part == "essa_gpu":
                 res = part_essa_gpu(cfg, splits, adapter, args.workers_per_gpu, args.device)
+            else:
+                res = part_quantization(cfg, splits, adapter, args.device)
             print(
                 json.dumps({"part": part, "ok": True, "wall_s": round(time.perf_counter() - t0, 1), **res}), flush=True
             )

@@ -8,12 +8,13 @@ from typing import Literal
 
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
-from pydantic import Field
+from pydantic import Field, model_validator
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from essaflow.atomic_dir import atomic_dir
-from essaflow.config_base import StrictConfig, trajectory
+from essaflow.config_base import ConfigError, StrictConfig, trajectory
 from essaflow.devices import resolve_device
+from essaflow.quantization import Quantization, check_supported, quantize_base
 from essaflow.tiny_model import cache_root, tiny_base_path
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,24 @@ class ModelConfig(StrictConfig):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Where models are loaded (SFT, evaluation, ESSA scorers): auto = cuda when torch sees one, else cpu. A Ray
     worker without a GPU share sees none, so CPU workers beside GPU ones stay on CPU."""
+    quantization: Quantization = trajectory("none")
+    """The frozen base's linear layers in ESSA's scorers and in evaluation (transformers backend): none, int8 or
+    int4 (ESSA-v3 sec. 4.4.2 reports INT8/INT4 bases lose < 1 point; docs/algorithms.md sec. 6.15). torchao,
+    applied after the adapter is attached; the LoRA factors and lm_head stay in model.dtype. int8: int8 weights and
+    dynamically int8-quantised activations, an int8 matmul (CPU and CUDA). int4: int4 weights in groups of 128
+    (tinygemm), CUDA with model.dtype bfloat16 only; refused on CPU (no int4 kernel), at config time for
+    device cpu, at model load for auto. With a quantised base, scorers use the LoRA path (essa.merged_scoring is
+    ignored: an int8 weight cannot hold W0 + scaling B'A'). Not applied to SFT, F-GRPO training or vLLM."""
+
+    @model_validator(mode="after")
+    def _quantization_has_a_kernel(self) -> ModelConfig:
+        if self.quantization != "none" and self.device != "auto":
+            check_supported(self.quantization, self.device, self.dtype)
+        elif self.quantization == "int4" and self.dtype != "bfloat16":
+            raise ConfigError(
+                f"model.quantization=int4 needs model.dtype=bfloat16 (torchao's int4 tinygemm kernel), got {self.dtype}"
+            )
+        return self
 
 
 def resolve_model_path(name_or_path: str) -> str:
@@ -134,13 +153,21 @@ def load_adapter(base: PreTrainedModel, adapter_dir: str | Path, trainable: bool
 
 
 def load_model_with_adapter(
-    cfg: ModelConfig, adapter_dir: str | Path | None
+    cfg: ModelConfig, adapter_dir: str | Path | None, quantize: bool = True
 ) -> tuple[PeftModel, PreTrainedTokenizerBase]:
-    """Base + adapter (or a fresh LoRA when adapter_dir is None) and the tokenizer, ready for inference."""
+    """Base + adapter (or a fresh LoRA when adapter_dir is None) and the tokenizer, ready for inference.
+
+    With ``quantize`` (default) the base's linear layers are quantised as cfg.quantization says, after the adapter
+    is attached (essaflow.quantization); an unsupported setting fails here, before the weights are read.
+    """
+    if quantize:
+        check_supported(cfg.quantization, resolve_device(cfg.device), cfg.dtype)
     tok = load_tokenizer(cfg)
     base = load_base_model(cfg)
     model = attach_lora(base, cfg) if adapter_dir is None else load_adapter(base, adapter_dir)
     model.eval()
+    if quantize:
+        quantize_base(model, cfg.quantization)
     return model, tok
 
 
@@ -150,9 +177,10 @@ def export_merged(cfg: ModelConfig, adapter_dir: str | Path | None, out_dir: str
     Loaded on the CPU for the merge, so the caller's GPU holds only the serving engine.
     """
     cpu = cfg.model_copy(update={"device": "cpu"})
-    model, tok = (
-        load_model_with_adapter(cpu, adapter_dir) if adapter_dir else (load_base_model(cpu), load_tokenizer(cpu))
-    )
+    if adapter_dir:  # full precision: W0 + scaling B A cannot be written into a quantised weight
+        model, tok = load_model_with_adapter(cpu, adapter_dir, quantize=False)
+    else:
+        model, tok = load_base_model(cpu), load_tokenizer(cpu)
     merged = model.merge_and_unload() if isinstance(model, PeftModel) else model
     out = Path(out_dir)
     merged.save_pretrained(out, safe_serialization=True)

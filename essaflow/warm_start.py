@@ -31,6 +31,7 @@ from essaflow.models import (
     resolve_device,
     save_adapter,
 )
+from essaflow.quantization import check_supported, quantize_base
 from essaflow.sampling import TransformersGenerator, VLLMGenerator, resolve_backend
 from essaflow.sft import train_sft
 from essaflow.tiny_model import cache_root
@@ -47,7 +48,8 @@ def sft_key(model: ModelConfig, sft: SFTConfig, problems: list[Problem]) -> str:
     blob = json.dumps(
         [
             model_identity(model),
-            model.model_dump(exclude={"torch_threads", "device"}),  # execution details, not inputs
+            # execution details, not inputs (SFT trains on the full-precision base whatever model.quantization says)
+            model.model_dump(exclude={"torch_threads", "device", "quantization"}),
             sft.model_dump(),
             [p.content_hash() for p in problems],
         ],
@@ -87,8 +89,14 @@ def evaluate_adapter(
     eval_cfg: EvalConfig,
     sampling: SamplingConfig,
 ) -> EvalReport:
-    """pass@k of base (+ adapter) on problems, with the sampling.backend engine (vLLM serves a merged copy)."""
+    """pass@k of base (+ adapter) on problems, with the sampling.backend engine (vLLM serves a merged copy).
+
+    The transformers backend runs on a base quantised as model.quantization says (essaflow.quantization); vLLM
+    serves the merged full-precision copy (its own quantisation is out of scope here).
+    """
     if resolve_backend(sampling.backend) == "vllm":
+        if model_cfg.quantization != "none":
+            log.warning("model.quantization=%s is not applied by the vLLM backend", model_cfg.quantization)
         with tempfile.TemporaryDirectory(prefix="essaflow-merged-") as tmp:
             merged = export_merged(model_cfg, adapter_dir, Path(tmp) / "model")
             generator = VLLMGenerator(str(merged), dtype=model_cfg.dtype)
@@ -112,8 +120,11 @@ def evaluate_output(
         return evaluate(VLLMGenerator(str(output_dir), dtype=model_cfg.dtype), problems, eval_cfg, sampling)
     from transformers import AutoModelForCausalLM
 
+    device = resolve_device(model_cfg.device)
+    check_supported(model_cfg.quantization, device, model_cfg.dtype)
     model = AutoModelForCausalLM.from_pretrained(output_dir, dtype=getattr(torch, model_cfg.dtype)).eval()
-    model = model.to(resolve_device(model_cfg.device))
+    model = model.to(device)
+    quantize_base(model, model_cfg.quantization)
     return evaluate_model(model, load_tokenizer(model_cfg), problems, eval_cfg, sampling)
 
 

@@ -14,7 +14,9 @@ Decisions where the paper is silent (docs/algorithms.md sec. 6):
 - Merged scoring (`essa.merged_scoring`, default on): a scorer writes W0 + scaling B'A' into each adapted base
   weight and runs the plain model with the LoRA path switched off: the same function (up to float rounding) with
   two fewer matmuls per adapted layer, about 25% faster on CPU; the serving path of docs/algorithms.md sec. 6.10. The
-  driver's held-out evaluation and the exported adapter use the LoRA path.
+  driver's held-out evaluation and the exported adapter use the LoRA path. With `model.quantization` int8/int4 the
+  base weights are torchao tensors that cannot hold W0 + scaling B'A', so scorers use the LoRA path whatever
+  `essa.merged_scoring` says, and log it (docs/algorithms.md sec. 6.15).
 - `essa.fitness: answer_probability` (an option beside the paper's accuracy, not a black-box reward: it needs the
   reference answer): the probability that decoding at `essa.fitness_temperature` T produces the reference answer +
   EOS, computed exactly by one teacher-forced forward pass over the b prompts instead of estimated by decoding.
@@ -111,13 +113,18 @@ class CandidateScorer:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(data)
         # on model.device: auto puts a worker with a GPU share on it, one without (CUDA hidden by Ray) on CPU
-        model, tok = load_model_with_adapter(ModelConfig(**spec.model), adapter_dir)
+        model_cfg = ModelConfig(**spec.model)
+        model, tok = load_model_with_adapter(model_cfg, adapter_dir)  # base quantised per model.quantization
+        merged = spec.merged and model_cfg.quantization == "none"
+        if spec.merged and not merged:  # docs/algorithms.md sec. 6.15
+            log.info("model.quantization=%s: scoring on the LoRA path (an int8/int4 base weight cannot hold "
+                     "W0 + scaling B'A'; essa.merged_scoring ignored)", model_cfg.quantization)  # fmt: skip
         self.svd = SVDLoRA(model, spec.alpha, nonnegative=spec.nonnegative, offsets=spec.offsets)
         self.generator = TransformersGenerator(model, tok, spec.batch_size)
         self.reward = get_reward(spec.reward)
         self._answer_ids: list[tuple[list[int], list[int]]] | None = None
         # (LoRA layer, its base weight W0) for merged scoring: W0 + scaling * B'A' is written per candidate.
-        self._merge = [(m, m.base_layer.weight.detach().clone()) for m, _ in self.svd.modules()] if spec.merged else []
+        self._merge = [(m, m.base_layer.weight.detach().clone()) for m, _ in self.svd.modules()] if merged else []
 
     def ready(self) -> tuple[int, str]:
         """The search dimension (the driver checks it matches its own) and the Ray node this scorer runs on."""
