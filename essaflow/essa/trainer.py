@@ -67,6 +67,7 @@ def scoring_spec(cfg: PipelineConfig, splits: Splits, sft_adapter: Path, ship_ad
         batch_size=cfg.sampling.batch_size,
         fitness=e.fitness,
         merged=e.merged_scoring,
+        search=e.model_dump(mode="json"),  # the workers' strategy replicas (essa.sync=seed)
         # workers on other machines rebuild the adapter from these (small: LoRA + tokenizer)
         adapter_files={str(p.relative_to(sft_adapter)): p.read_bytes() for p in files},
     )
@@ -89,6 +90,7 @@ def make_population(cfg: PipelineConfig, splits: Splits, sft_adapter: Path) -> L
         placement_timeout_s=w.placement_timeout_s,
         start_timeout_s=w.start_timeout_s,
         address=cfg.ray_address,
+        sync=e.sync,
     )
 
 
@@ -109,6 +111,7 @@ class GenerationMetrics:
     bytes: int | None = None
     redispatched: int | None = None
     worker_failures: int | None = None
+    resyncs: int | None = None
     nodes_active: int | None = None
     per_worker: list[int] | None = None
     per_node: dict[str, int] | None = None
@@ -132,6 +135,7 @@ class GenerationMetrics:
             bytes=stats.bytes_total,
             redispatched=stats.redispatched,
             worker_failures=stats.worker_failures,
+            resyncs=stats.resyncs,
             nodes_active=len(stats.per_node),
             per_worker=stats.per_worker,
             per_node=per_node,
@@ -269,7 +273,8 @@ def train_essa(
             t0 = time.perf_counter()
             prompts = search.sampler.next()
             candidates = search.strategy.ask()
-            fitness, stats = population.evaluate(candidates, prompts, generation_seed(cfg.essa.seed, search.generation))
+            seed = generation_seed(cfg.essa.seed, search.generation)
+            fitness, stats = population.evaluate(candidates, prompts, seed, search.generation, search.strategy)
             search.strategy.tell(candidates, fitness)
             search.generation += 1
             _report(report, search.record(fitness, stats, time.perf_counter() - t0))
