@@ -28,7 +28,8 @@ import numpy as np
 from essaflow.essa.config import ESSAConfig
 from essaflow.essa.strategy import Strategy, make_strategy
 
-#: a worker that still disagrees after this many states sent in one generation is a bug, not float noise
+#: a worker that disagrees again after this many states sent in one generation is a bug, not float noise (deaths
+#: and restarts do not count: those are Ray's max_restarts to bound)
 MAX_RESYNCS_PER_GENERATION = 2
 
 State = tuple[int, str, dict[str, np.ndarray], np.ndarray]
@@ -106,7 +107,7 @@ class ReplicaTracker:
         self.generation, self.prompt_idx, self.seed = generation, prompt_idx, seed
         self.strategy, self.candidates = strategy, candidates
         self.expected = state_digest(strategy.mean, candidates)
-        self.resent = [0] * len(self.held)
+        self.disagreed = [0] * len(self.held)  # stale answers that triggered a resync, this generation
         self._state: State | None = None
 
     def header(self, w: int) -> tuple[Header | None, State | None]:
@@ -120,9 +121,6 @@ class ReplicaTracker:
         if self.held[w] == g - 1 and self.previous is not None and self.previous[0] == g - 1:
             self.held[w] = g
             return (self.prompt_idx, self.seed, self.previous[1], None), None
-        self.resent[w] += 1
-        if self.resent[w] > MAX_RESYNCS_PER_GENERATION:
-            raise RuntimeError(f"ESSA worker {w}'s strategy replica disagrees even after its state was re-sent")
         if self._state is None:  # built once a generation, only when some worker needs it
             self._state = strategy_state(self.strategy, g, self.candidates)
         self.held[w] = g
@@ -134,6 +132,9 @@ class ReplicaTracker:
         if value is not None and digest == self.expected:
             return True
         if epoch == self.epoch[w]:  # the first stale answer since w's last state: send it the state again
+            self.disagreed[w] += 1
+            if self.disagreed[w] > MAX_RESYNCS_PER_GENERATION:
+                raise RuntimeError(f"ESSA worker {w}'s strategy replica still disagrees after its state was re-sent")
             self.lost(w)
         return False
 

@@ -11,7 +11,8 @@ the held-out split by greedy accuracy; training stops early once it reaches `tar
 generations the driver writes its whole state (strategy with its RNG, minibatch sampler with its RNG, generation,
 metrics, the trajectory settings) as JSON + arrays; a new call with the same checkpoint_dir resumes from the latest
 complete checkpoint and replays the uninterrupted run bit for bit on CPU (fitness depends only on offsets, prompts
-and a per-generation seed, so no worker state needs saving). The result is a standard peft adapter.
+and a per-generation seed, so no worker state needs saving; with essa.sync=seed the workers' strategy replicas are
+sent the restored state on their first call). The result is a standard peft adapter.
 """
 
 from __future__ import annotations

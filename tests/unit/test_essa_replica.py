@@ -90,3 +90,19 @@ def test_a_fresh_replica_joins_a_resumed_run_from_the_state(strategy):
         assert tracker.accept(0, 0, answer) and answer[1] == fitness_of(x)[3]
         driver.tell(x, fitness_of(x))
         tracker.finish(fitness_of(x))
+
+
+def test_a_replica_that_keeps_disagreeing_is_an_error_not_an_endless_resync():
+    cfg = config("cma")
+    driver, tracker = make_strategy(cfg, D), ReplicaTracker(1)
+    x = driver.ask()
+    tracker.begin(0, driver, x, np.arange(4), seed=0)
+    for _ in range(2):
+        tracker.header(0)
+        assert not tracker.accept(0, tracker.epoch[0], (0, 0.5, b"wrong!!!"))
+    tracker.header(0)
+    with pytest.raises(RuntimeError, match="still disagrees"):
+        tracker.accept(0, tracker.epoch[0], (0, 0.5, b"wrong!!!"))
+    for _ in range(5):  # deaths and restarts are bounded by Ray's max_restarts, not here
+        tracker.lost(0)
+        assert tracker.header(0)[1] is not None
