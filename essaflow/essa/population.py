@@ -408,9 +408,8 @@ class RayPopulation:
             for w in sorted(self._live, key=lambda w: load[w]):
                 while queue and load[w] < self.inflight:
                     i = queue.popleft()
-                    running[self._submit(w, i, generation, payload, prompt_idx, seed, stats)] = (
-                        w, i, self._replicas.epoch[w] if self._replicas else 0,
-                    )  # fmt: skip
+                    ref = self._submit(w, i, generation, payload, prompt_idx, seed, stats)
+                    running[ref] = (w, i, self._replicas.epoch[w] if self._replicas else 0)
                     load[w] += 1
 
         hand_out()
