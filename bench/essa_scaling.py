@@ -1,16 +1,19 @@
-"""ESSA population scaling and communication, measured in one run.
+"""ESSA population scaling and communication, measured in one run, both sync modes side by side.
 
-1. Candidates/s with 1 and with 2 Ray workers on the same work: the same candidate vectors (drawn once from
-   N(0, sigma0^2 I)), the same minibatches, the same seeds. The fitnesses must come out identical; the bench checks.
-2. Bytes per generation that ESSA moves (candidate vectors + prompt ids out, (index, fitness) back, serialized
-   payload sizes as counted by `population.py`) against what one GRPO step would all-reduce for the same LoRA:
+1. The same search (strategy from essa.seed, the same minibatches and seeds) on Ray pools of 1 and 2 workers, in
+   essa.sync=seed (every worker regenerates the candidates from its strategy replica, ESSA-v3 App. A) and in
+   essa.sync=vectors (the driver ships each candidate's float32 offsets). Fitness must come out identical in all
+   four runs; the bench checks. Candidates/s is timed over the generations after the first (first-call
+   allocations); the machine's load (`uptime`) is printed, since other processes share the cores.
+2. Bytes per generation each mode moves (serialized payload sizes as counted by `population.py`: calls out,
+   answers back, resync states included) against what one GRPO step would all-reduce for the same LoRA:
 
        grpo_bytes = 4 bytes (fp32) x trainable LoRA parameters x 2
 
    A ring all-reduce of M bytes sends and receives 2 (G - 1) / G x M bytes per worker (reduce-scatter then
    all-gather; docs/algorithms.md sec. 2.8 latency model), which tends to 2 M as G grows; the factor 2 takes that limit.
-   The paper's seed-synchronised scheme (every worker regenerates the population from a shared seed) would move
-   only 8 bytes per worker per generation (seed + fp32 reward; docs/algorithms.md sec. 2.8), printed for reference.
+   Seed-mode bytes do not grow with the model (only with population, minibatch and workers), so the ratio
+   seed / GRPO shrinks as the LoRA grows; the bench prints the LoRA size at which it reaches 1/1000.
 
     .venv/bin/python bench/essa_scaling.py -c configs/tiny-essa.yaml --generations 4
 """
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 
 import numpy as np
 import ray
@@ -27,36 +31,42 @@ import torch
 from essaflow.config import load_config
 from essaflow.essa.minibatch import MinibatchSampler
 from essaflow.essa.population import RayPopulation
+from essaflow.essa.strategy import make_strategy
 from essaflow.essa.svd_lora import SVDLoRA
 from essaflow.essa.trainer import generation_seed, scoring_spec
 from essaflow.models import load_model_with_adapter
 from essaflow.warm_start import cached_sft_adapter, prepare_splits
 
 
-def measure(spec, workers: int, candidates: list[np.ndarray], batches: list[np.ndarray], inflight: int) -> dict:
-    pool = RayPopulation(spec, workers=workers, inflight=inflight)
+def measure(spec, cfg, dimension: int, batches: list[np.ndarray], workers: int, sync: str) -> dict:
+    """One search of len(batches) generations on a fresh pool: fitness, timing and bytes per generation."""
+    e = cfg.essa
+    pool = RayPopulation(spec, workers=workers, inflight=e.inflight_per_worker, sync=sync)
+    strategy = make_strategy(e, dimension)
     try:
-        pool.evaluate(candidates[0], batches[0], seed=0)  # warm-up: first-call allocations, not timed
-        fitness, walls, sent, received, per_worker = [], [], [], [], np.zeros(workers, dtype=int)
-        for g, (x, idx) in enumerate(zip(candidates, batches)):
-            f, stats = pool.evaluate(x, idx, generation_seed(0, g))
+        fitness, stats = [], []
+        for g, idx in enumerate(batches):
+            x = strategy.ask()
+            f, s = pool.evaluate(x, idx, generation_seed(e.seed, g), g, strategy)
+            strategy.tell(x, f)
             fitness.append(f)
-            walls.append(stats.wall_s)
-            sent.append(stats.bytes_sent)
-            received.append(stats.bytes_received)
-            per_worker += stats.per_worker
+            stats.append(s)
     finally:
         pool.close()
-    n = sum(len(x) for x in candidates)
+    timed = stats[1:]  # generation 0 pays first-call allocations (and carries no fitness header in seed mode)
+    n = sum(sum(s.per_worker) for s in timed)
     return {
+        "sync": sync,
         "workers": workers,
-        "candidates_per_s": round(n / sum(walls), 2),
-        "generation_s": round(float(np.mean(walls)), 3),
-        "bytes_sent_per_generation": float(np.mean(sent)),
-        "bytes_received_per_generation": float(np.mean(received)),
-        "bytes_per_generation": float(np.mean(sent) + np.mean(received)),
-        "candidates_per_worker": per_worker.tolist(),
+        "candidates_per_s": round(n / sum(s.wall_s for s in timed), 2),
+        "generation_s": round(float(np.mean([s.wall_s for s in timed])), 3),
+        "bytes_sent_per_generation": float(np.mean([s.bytes_sent for s in timed])),
+        "bytes_received_per_generation": float(np.mean([s.bytes_received for s in timed])),
+        "bytes_per_generation": float(np.mean([s.bytes_total for s in timed])),
+        "resyncs": sum(s.resyncs for s in stats),
+        "candidates_per_worker": np.sum([s.per_worker for s in timed], axis=0).tolist(),
         "fitness": np.concatenate(fitness),
+        "mean": strategy.mean,
     }
 
 
@@ -64,7 +74,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-c", "--config", default="configs/tiny-essa.yaml")
     ap.add_argument("--set", action="append", default=[], help="dotted override, e.g. essa.population=48")
-    ap.add_argument("--generations", type=int, default=4, help="timed generations per worker count")
+    ap.add_argument("--generations", type=int, default=4, help="timed generations per run (one more is run first)")
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -77,51 +87,66 @@ def main() -> None:
     lora_params = sum(p.numel() for n, p in model.named_parameters() if "lora_" in n)
     del model
 
-    rng = np.random.default_rng(e.seed)
     sampler = MinibatchSampler(len(splits.train), e.minibatch, e.seed)
-    candidates = [rng.normal(0.0, e.sigma0, (e.population, svd.dimension)) for _ in range(args.generations)]
-    batches = [sampler.next() for _ in range(args.generations)]
+    batches = [sampler.next() for _ in range(args.generations + 1)]
     spec = scoring_spec(cfg, splits, adapter)
-
     ray.init(num_cpus=max(2, max(args.workers)), include_dashboard=False, log_to_driver=False)
     try:
-        runs = [measure(spec, w, candidates, batches, e.inflight_per_worker) for w in args.workers]
+        runs = [
+            measure(spec, cfg, svd.dimension, batches, w, sync) for sync in ("seed", "vectors") for w in args.workers
+        ]
     finally:
         ray.shutdown()
-    same = all(np.array_equal(runs[0]["fitness"], r["fitness"]) for r in runs[1:])
-    grpo_bytes = 4 * lora_params * 2
-    essa_bytes = runs[0]["bytes_per_generation"]
+    report(cfg, svd.dimension, lora_params, args.generations, runs)
 
-    print(f"\nESSA scaling  d={svd.dimension}  population={e.population}  minibatch b={e.minibatch}  "
-          f"{args.generations} timed generations  (identical fitness across worker counts: {same})")  # fmt: skip
-    header = f"{'':38}" + "".join(f"{str(r['workers']) + ' worker(s)':>16}" for r in runs)
-    print(header)
+
+def report(cfg, dimension: int, lora_params: int, generations: int, runs: list[dict]) -> None:
+    """The side-by-side table, the ratios and a JSON summary."""
+    e = cfg.essa
+    same_fitness = all(np.array_equal(runs[0]["fitness"], r["fitness"]) for r in runs[1:])
+    same_mean = all(np.array_equal(runs[0]["mean"], r["mean"]) for r in runs[1:])
+    grpo_bytes = 4 * lora_params * 2
+    by = {(r["sync"], r["workers"]): r for r in runs}
+    few, many = min(r["workers"] for r in runs), max(r["workers"] for r in runs)
+    seed_bytes, vector_bytes = by["seed", many]["bytes_per_generation"], by["vectors", many]["bytes_per_generation"]
+    speedup = {s: by[s, many]["candidates_per_s"] / by[s, few]["candidates_per_s"] for s in ("seed", "vectors")}
+    print(f"\nESSA scaling  d={dimension}  population={e.population}  minibatch b={e.minibatch}  "
+          f"{generations} timed generations  load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} "
+          f"{os.getloadavg()[2]:.2f} on {os.cpu_count()} CPUs")  # fmt: skip
+    print(f"{'':34}" + "".join(f"{r['sync'] + ' x' + str(r['workers']):>16}" for r in runs) + f"{'GRPO step':>16}")
     for key, label in [
         ("candidates_per_s", "candidates / s"),
         ("generation_s", "wall s / generation"),
-        ("bytes_per_generation", "ESSA bytes / generation"),
+        ("bytes_sent_per_generation", "bytes sent / generation"),
+        ("bytes_received_per_generation", "bytes received / generation"),
+        ("bytes_per_generation", "bytes / generation"),
+        ("resyncs", "resyncs (whole run)"),
         ("candidates_per_worker", "candidates per worker (dynamic)"),
     ]:
-        print(f"{label:38}" + "".join(f"{str(r[key]):>16}" for r in runs))
-    speedup = runs[-1]["candidates_per_s"] / runs[0]["candidates_per_s"]
-    label = f"speed-up {runs[-1]['workers']} vs {runs[0]['workers']} worker(s)"
-    print(f"{label:38}{speedup:>16.2f}")
-    print(f"\ntrainable LoRA parameters             {lora_params:>16,}")
-    print(f"GRPO all-reduce bytes / step          {grpo_bytes:>16,}   (4 B x params x 2, ring all-reduce)")
-    print(f"ESSA bytes / generation               {essa_bytes:>16,.0f}   (vectors + prompt ids out, fitness back)")
-    print(f"GRPO / ESSA                           {grpo_bytes / essa_bytes:>16.1f}x")
-    print(f"seed-synchronised ESSA (paper)        {8 * max(args.workers):>16,}   (8 B x workers: seed + reward)")
+        extra = f"{grpo_bytes:>16,}" if key == "bytes_per_generation" else ""
+        print(f"{label:34}" + "".join(f"{str(r[key]):>16}" for r in runs) + extra)
+    print(f"\ntrainable LoRA parameters         {lora_params:>12,}   (GRPO all-reduce: 4 B x params x 2)")
+    print(f"seed / GRPO bytes                 {seed_bytes / grpo_bytes:>12.5f}   (1/{grpo_bytes / seed_bytes:,.0f}; "
+          f"target <= 1/1000, met from {int(seed_bytes * 1000 / 8):,} LoRA parameters)")  # fmt: skip
+    print(f"vectors / GRPO bytes              {vector_bytes / grpo_bytes:>12.5f}   (1/{grpo_bytes / vector_bytes:.1f})")
+    print(f"seed / vectors bytes              {seed_bytes / vector_bytes:>12.5f}")
+    for sync, value in speedup.items():
+        print(f"speed-up {many} vs {few} worker(s), {sync:8} {value:>8.2f}x   (target >= 1.8x)")
+    print(f"identical fitness across worker counts and sync modes: {same_fitness}; identical final mean: {same_mean}")
     summary = {
-        "dimension": svd.dimension,
+        "dimension": dimension,
         "population": e.population,
         "minibatch": e.minibatch,
-        "identical_fitness": same,
-        "runs": [{k: v for k, v in r.items() if k != "fitness"} for r in runs],
-        "speedup": round(speedup, 3),
+        "identical_fitness": same_fitness,
+        "identical_mean": same_mean,
+        "runs": [{k: v for k, v in r.items() if k not in ("fitness", "mean")} for r in runs],
+        "speedup": {k: round(v, 3) for k, v in speedup.items()},
         "lora_params": lora_params,
         "grpo_allreduce_bytes_per_step": grpo_bytes,
-        "essa_bytes_per_generation": essa_bytes,
-        "grpo_over_essa": round(grpo_bytes / essa_bytes, 2),
+        "seed_bytes_per_generation": seed_bytes,
+        "vectors_bytes_per_generation": vector_bytes,
+        "seed_over_grpo": round(seed_bytes / grpo_bytes, 6),
+        "load_avg": os.getloadavg(),
     }
     print(json.dumps(summary))
 

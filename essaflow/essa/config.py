@@ -82,6 +82,12 @@ class ESSAConfig(StrictConfig):
     inflight_per_worker: int = Field(2, ge=1)
     """Candidates queued per Ray worker at a time (2 hides the round trip; dynamic hand-out,
     docs/algorithms.md sec. 6.11)."""
+    sync: Literal["seed", "vectors"] = Field("seed")
+    """How Ray workers learn the candidates. seed: each holds a replica of the strategy built from essa.seed and
+    regenerates them, so only (generation, index), one header per worker per generation (prompt ids, sampling seed,
+    the previous fitness vector) and (index, fitness, digest) travel (ESSA-v3 App. A Algorithm 1; docs/algorithms.md
+    sec. 2.8). vectors: the driver ships each candidate's float32 offsets. Same results either way (not a trajectory
+    setting); backend=local ignores it."""
 
     @model_validator(mode="before")
     @classmethod

@@ -11,7 +11,8 @@ the held-out split by greedy accuracy; training stops early once it reaches `tar
 generations the driver writes its whole state (strategy with its RNG, minibatch sampler with its RNG, generation,
 metrics, the trajectory settings) as JSON + arrays; a new call with the same checkpoint_dir resumes from the latest
 complete checkpoint and replays the uninterrupted run bit for bit on CPU (fitness depends only on offsets, prompts
-and a per-generation seed, so no worker state needs saving). The result is a standard peft adapter.
+and a per-generation seed, so no worker state needs saving; with essa.sync=seed the workers' strategy replicas are
+sent the restored state on their first call). The result is a standard peft adapter.
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ def scoring_spec(cfg: PipelineConfig, splits: Splits, sft_adapter: Path, ship_ad
         fitness_samples=e.fitness_samples,
         offsets=e.offsets,
         merged=e.merged_scoring,
+        search=e.model_dump(mode="json"),  # the workers' strategy replicas (essa.sync=seed)
         # workers on other machines rebuild the adapter from these (small: LoRA + tokenizer)
         adapter_files={str(p.relative_to(sft_adapter)): p.read_bytes() for p in files},
     )
@@ -93,6 +95,7 @@ def make_population(cfg: PipelineConfig, splits: Splits, sft_adapter: Path) -> L
         placement_timeout_s=w.placement_timeout_s,
         start_timeout_s=w.start_timeout_s,
         address=cfg.ray_address,
+        sync=e.sync,
     )
 
 
@@ -116,6 +119,7 @@ class GenerationMetrics:
     bytes: int | None = None
     redispatched: int | None = None
     worker_failures: int | None = None
+    resyncs: int | None = None
     nodes_active: int | None = None
     per_worker: list[int] | None = None
     per_node: dict[str, int] | None = None
@@ -142,6 +146,7 @@ class GenerationMetrics:
             bytes=stats.bytes_total,
             redispatched=stats.redispatched,
             worker_failures=stats.worker_failures,
+            resyncs=stats.resyncs,
             nodes_active=len(stats.per_node),
             per_worker=stats.per_worker,
             per_node=per_node,
@@ -295,7 +300,8 @@ def train_essa(
             t0 = time.perf_counter()
             prompts = search.sampler.next()
             candidates = search.strategy.ask()
-            fitness, stats = population.evaluate(candidates, prompts, generation_seed(cfg.essa.seed, search.generation))
+            seed = generation_seed(cfg.essa.seed, search.generation)
+            fitness, stats = population.evaluate(candidates, prompts, seed, search.generation, search.strategy)
             search.strategy.tell(candidates, fitness)
             search.generation += 1
             _report(report, search.record(fitness, stats, time.perf_counter() - t0))

@@ -94,7 +94,7 @@ def test_trajectory_marks_select_what_a_resume_depends_on():
 
     essa = method_trajectory(load_config(None, ["method=essa"]))
     assert {"essa.sigma0", "essa.seed", "essa.fitness", "sampling.max_new_tokens", "eval.reward"} <= set(essa)
-    assert not {"essa.generations", "essa.workers.count", "essa.eval_every"} & set(essa)
+    assert not {"essa.generations", "essa.workers.count", "essa.eval_every", "essa.sync"} & set(essa)
     assert not any(k.startswith("grpo.") for k in essa)
     grpo = method_trajectory(load_config(None, ["method=fgrpo"]))
     assert {"grpo.gamma", "grpo.lr", "grpo.loss", "grpo.seed"} <= set(grpo)

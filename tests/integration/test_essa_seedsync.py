@@ -1,0 +1,200 @@
+"""essa.sync=seed on a real local Ray (ESSA-v3 App. A): workers regenerate the candidates from their strategy
+replicas; seed and vectors modes and 1 or 2 workers give the same run; replicas stay in agreement; a perturbed
+replica is caught and resynced; a worker killed mid-generation loses and double-counts nothing and rejoins from the
+state; a killed run resumes bitwise."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import ray
+
+from essaflow.essa.checkpoint import latest_checkpoint
+from essaflow.essa.minibatch import MinibatchSampler
+from essaflow.essa.population import CandidateScorer, LocalPopulation, RayPopulation
+from essaflow.essa.strategy import make_strategy
+from essaflow.essa.trainer import generation_seed, scoring_spec, train_essa
+from tests.support import essa_tiny
+from tests.support.essa_tiny import make_tiny
+
+pytestmark = pytest.mark.integration
+
+TRACE = ("generation", "fitness_mean", "fitness_max", "fitness_min", "sigma", "mean_norm")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_ray():
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the fault-injecting workers travel by value
+    ray.cloudpickle.register_pickle_by_value(essa_tiny)
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        runtime_env={"worker_process_setup_hook": essa_tiny.register_test_reward},
+    )
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return make_tiny(tmp_path_factory.mktemp("essa-seed"), ["essa.backend=ray", "essa.population=12"])
+
+
+def configured(cfg, **essa):
+    run = cfg.model_copy(deep=True)
+    run.essa = run.essa.model_copy(update={"eval_every": 0, **essa})
+    return run
+
+
+def trace(metrics):
+    return [{k: m[k] for k in TRACE if k in m} for m in metrics if "fitness_mean" in m]
+
+
+@pytest.fixture(scope="module")
+def runs(tiny, tmp_path_factory):
+    """The same 4-generation search four ways: seed / vectors x 1 / 2 workers."""
+    cfg, splits, adapter = tiny
+    out = {}
+    for sync in ("seed", "vectors"):
+        for count in (1, 2):
+            run = configured(cfg, sync=sync, workers=cfg.essa.workers.model_copy(update={"count": count}))
+            out[sync, count] = train_essa(run, splits, adapter, tmp_path_factory.mktemp(f"{sync}-{count}"))
+    return out
+
+
+def test_seed_and_vectors_modes_and_worker_counts_give_the_same_run(runs):
+    reference = runs["vectors", 1]
+    offsets = np.load(reference.output_dir / "essa_offsets.npy")
+    assert np.any(offsets != 0), "the search moved"
+    for key, result in runs.items():
+        assert trace(result.metrics) == trace(reference.metrics), key
+        assert np.array_equal(np.load(result.output_dir / "essa_offsets.npy"), offsets), key
+    assert all(min(m["per_worker"]) > 0 for m in runs["seed", 2].metrics), "both workers took candidates"
+    seed_bytes, vector_bytes = runs["seed", 2].bytes_per_update, runs["vectors", 2].bytes_per_update
+    assert seed_bytes < vector_bytes / 5, f"seed mode moves far less: {seed_bytes} vs {vector_bytes} bytes"
+
+
+def test_replicas_stay_in_agreement_over_a_run(runs):
+    for count in (1, 2):
+        assert [m["resyncs"] for m in runs["seed", count].metrics] == [0] * 4, "no state ever re-sent"
+
+
+def search(population, cfg, splits, dimension: int, generations: int, until=None):
+    """The trainer's loop, on a given population: the fitness of every generation and the final mean."""
+    e = cfg.essa
+    strategy = make_strategy(e, dimension)
+    sampler = MinibatchSampler(len(splits.train), e.minibatch, e.seed)
+    fitness, stats = [], []
+    for g in range(generations):
+        x = strategy.ask()
+        f, s = population.evaluate(x, sampler.next(), generation_seed(e.seed, g), g, strategy)
+        strategy.tell(x, f)
+        fitness.append(f)
+        stats.append(s)
+        if until is not None and until():
+            break
+    return fitness, strategy.mean, stats
+
+
+class PerturbOnce(CandidateScorer):
+    """A scorer whose replica's mean moves by a rounding error once, at generation 2 (another CPU's floats)."""
+
+    marker = ""
+
+    def _sync_replica(self, generation, header):
+        replica = super()._sync_replica(generation, header)
+        if generation == 2 and not os.path.exists(self.marker):
+            Path(self.marker).touch()
+            replica.strategy._opt._mean += 1e-12  # cmaes's mean (the tiny config's strategy is cma)
+        return replica
+
+
+def test_a_perturbed_replica_is_detected_and_resynced(tiny, tmp_path):
+    cfg, splits, adapter = tiny
+    spec = scoring_spec(cfg, splits, adapter)
+    local = LocalPopulation(spec)
+    expected, expected_mean, _ = search(local, cfg, splits, local.dimension, 4)
+    PerturbOnce.marker = str(tmp_path / "perturbed")
+    pool = RayPopulation(spec, workers=2, worker_class=PerturbOnce, sync="seed")
+    try:
+        fitness, mean, stats = search(pool, cfg, splits, pool.dimension, 4)
+    finally:
+        pool.close()
+    assert Path(PerturbOnce.marker).exists()
+    assert [s.resyncs for s in stats] == [0, 0, 1, 0] and stats[2].stale_answers >= 1
+    assert stats[2].resync_bytes > 0 and stats[2].bytes_sent > stats[2].resync_bytes
+    assert all(np.array_equal(a, b) for a, b in zip(fitness, expected)) and np.array_equal(mean, expected_mean)
+    assert all(sum(s.per_worker) == 12 and s.duplicates_dropped == 0 for s in stats)
+
+
+class CrashOnce(CandidateScorer):
+    """A scorer whose process dies (os._exit) the first time anyone scores candidate 3."""
+
+    marker = ""
+
+    def score(self, index, offsets, prompt_idx, seed):
+        if index == 3 and not os.path.exists(self.marker):
+            Path(self.marker).touch()
+            os._exit(1)
+        return super().score(index, offsets, prompt_idx, seed)
+
+
+def test_worker_killed_mid_generation_in_seed_mode_loses_nothing_and_rejoins_from_the_state(tiny, tmp_path, caplog):
+    cfg, splits, adapter = tiny
+    spec = scoring_spec(cfg, splits, adapter)
+    CrashOnce.marker = str(tmp_path / "crashed")
+    caplog.set_level(logging.INFO, logger="essaflow.essa.population")
+    pool = RayPopulation(spec, workers=2, worker_class=CrashOnce, sync="seed")
+    rejoined_at: list[float] = []
+
+    def back_for_one_generation() -> bool:  # go on until the restarted worker is back and has scored again
+        if " is back, on node " in caplog.text and not rejoined_at:
+            rejoined_at.append(time.monotonic())
+            return False
+        return bool(rejoined_at)
+
+    try:
+        fitness, mean, stats = search(pool, cfg, splits, pool.dimension, 200, until=back_for_one_generation)
+    finally:
+        pool.close()
+    assert Path(CrashOnce.marker).exists() and stats[0].worker_failures == 1 and stats[0].redispatched >= 1
+    assert all(sum(s.per_worker) == 12 and s.duplicates_dropped == 0 for s in stats), "each candidate scored once"
+    assert sum(s.resyncs for s in stats) == 1, "the restarted worker was given the state once"
+    assert min(stats[-1].per_worker) > 0, "the rejoined worker takes candidates again"
+    local = LocalPopulation(spec)
+    expected, expected_mean, _ = search(local, cfg, splits, local.dimension, len(stats))
+    assert all(np.array_equal(a, b) for a, b in zip(fitness, expected)) and np.array_equal(mean, expected_mean)
+
+
+class Killed(RuntimeError):
+    pass
+
+
+def test_kill_and_resume_in_seed_mode_equals_the_uninterrupted_run(tiny, runs, tmp_path):
+    cfg, splits, adapter = tiny
+    workers = cfg.essa.workers.model_copy(update={"count": 2})
+    run = configured(cfg, sync="seed", checkpoint_every=2, workers=workers)
+    straight = runs["seed", 2]
+
+    def kill_at_3(row):
+        if row["generation"] == 3:
+            raise Killed  # after generation 3 ran, before its checkpoint: the latest one is generation 2
+
+    ckpt = tmp_path / "ckpt"
+    with pytest.raises(Killed):
+        train_essa(run, splits, adapter, tmp_path / "run", ckpt, on_metrics=kill_at_3)
+    assert latest_checkpoint(ckpt).name == "00000002"
+    resumed = train_essa(run, splits, adapter, tmp_path / "run", ckpt)
+    assert resumed.resumed_from == 2 and resumed.steps == 4
+    assert np.array_equal(
+        np.load(resumed.output_dir / "essa_offsets.npy"), np.load(straight.output_dir / "essa_offsets.npy")
+    )
+    assert trace(resumed.metrics) == trace(straight.metrics), "same history, metric by metric"
+    assert [m["resyncs"] for m in resumed.metrics[2:]] == [2, 0], "each new worker got the restored state once"
