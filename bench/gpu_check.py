@@ -155,7 +155,7 @@ def _bnb_scorer(spec, kind: str):
 
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
-    from essaflow.essa.population import CandidateScorer
+    from essaflow.essa.scorer import CandidateScorer
     from essaflow.models import load_adapter, load_tokenizer, resolve_model_path
 
     bnb = (
@@ -176,7 +176,7 @@ def _bnb_scorer(spec, kind: str):
 
 def part_quantization(cfg: PipelineConfig, splits, adapter: Path, device: str) -> dict:
     """Held-out greedy at the SFT point (offsets 0, every eval problem) and candidates/s on 128 of them."""
-    from essaflow.essa.population import CandidateScorer
+    from essaflow.essa.scorer import CandidateScorer
     from essaflow.essa.trainer import scoring_spec
 
     gpu = device == "cuda"

@@ -2,7 +2,7 @@
 
 For each model, side by side: full precision with merged scoring (the default path), full precision on the LoRA
 path (what a quantised base has to use, docs/algorithms.md sec. 6.15), and int8 (int4 too where there is a kernel:
-CUDA + bfloat16 only, so not on CPU). Scorers are `essaflow.essa.population.CandidateScorer`, built from the
+CUDA + bfloat16 only, so not on CPU). Scorers are `essaflow.essa.scorer.CandidateScorer`, built from the
 pipeline's own ScoringSpec (`essa.trainer.scoring_spec`), one torch thread each.
 
 (a) tiny: `builtin:tiny` with its cached SFT adapter (`warm_start.cached_sft_adapter`, as bench/essa_scaling.py):
@@ -34,7 +34,7 @@ import torch
 
 from essaflow.config import PipelineConfig, load_config
 from essaflow.essa.minibatch import MinibatchSampler
-from essaflow.essa.population import CandidateScorer
+from essaflow.essa.scorer import CandidateScorer
 from essaflow.essa.trainer import scoring_spec
 from essaflow.evaluation import greedy_accuracy
 from essaflow.quantization import check_supported, is_quantized

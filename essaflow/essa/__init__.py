@@ -3,8 +3,11 @@ docs/algorithms.md sec. 2).
 
 - `svd_lora.py`   the parameterisation: separate SVD of each LoRA factor, offsets to the top floor(alpha*r) values
 - `strategy.py`   ask/tell search strategies: CMA-ES (full / separable, via `cmaes`) and plain Gaussian ES (Qiu)
-- `population.py` candidate scoring: a Ray actor pool (or in process), bytes counted, dead workers survived
+- `scorer.py`     one candidate scorer: model + SVD bases loaded once, fitness by inference (black-box or gray-box)
+- `population.py` the scorers as a Ray actor pool (seed or vector sync) or in process; bytes, dead workers
+- `replica.py`    the strategy replica each Ray worker keeps in seed mode, and the driver's agreement check
+- `minibatch.py`  the shared prompts of each generation
+- `config.py`     ESSAConfig
 - `checkpoint.py` JSON + npz checkpoints (no pickle), atomic, manifest last
-- `trainer.py`    the loop minibatch -> ask -> evaluate -> tell, metrics, held-out eval, checkpoint/resume
-- `job.py`        the `essaflow essa` job: SFT start -> evaluate -> ESSA -> evaluate
+- `trainer.py`    the loop minibatch -> ask -> evaluate -> tell -> record, held-out eval, checkpoint/resume
 """

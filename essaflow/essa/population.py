@@ -12,22 +12,7 @@ Decisions where the paper is silent (docs/algorithms.md sec. 6):
 - Shared minibatch (sec. 6.6): every candidate of a generation is scored on the same b prompts, and, when the fitness
   decodes with temperature > 0, with the same sampling seed (common random numbers), so candidates are ranked on
   equal terms. The minibatch changes every generation.
-- Decoding (sec. 6.7): `essa.fitness_temperature` (default 0 = greedy), one completion per prompt, the b prompts of a
-  candidate in one batched generate call. Fitness = mean reward (`eval.reward`) over the b prompts.
-- Merged scoring (`essa.merged_scoring`, default on): a scorer writes W0 + scaling B'A' into each adapted base
-  weight and runs the plain model with the LoRA path switched off: the same function (up to float rounding) with
-  two fewer matmuls per adapted layer, about 25% faster on CPU; the serving path of docs/algorithms.md sec. 6.10. The
-  driver's held-out evaluation and the exported adapter use the LoRA path. With `model.quantization` int8/int4 the
-  base weights are torchao tensors that cannot hold W0 + scaling B'A', so scorers use the LoRA path whatever
-  `essa.merged_scoring` says, and log it (docs/algorithms.md sec. 6.15).
-- `essa.fitness: answer_probability` (an option beside the paper's accuracy, not a black-box reward: it needs the
-  reference answer): the probability that decoding at `essa.fitness_temperature` T produces the reference answer +
-  EOS, computed exactly by one teacher-forced forward pass over the b prompts instead of estimated by decoding.
-  For exact match it is the expected reward of one completion at temperature T (T = 1: expected pass@1), so it
-  has no decoding noise and far fewer ties; T < 1 sharpens it towards greedy accuracy, which it equals at T = 0
-  (the reference is the argmax at every answer step). `answer_logprob` is the mean log-probability of the
-  reference (the SFT objective, a surrogate rather than an expected reward), for measuring the subspace's ceiling
-  the way `bench/essa_ceiling.py` does, but without gradients.
+- Scoring (decoding, merged scoring, gray-box fitnesses): `scorer.py`.
 - Scheduling (sec. 6.11): dynamic hand-out instead of a fixed candidate-to-worker map. Each worker holds at most
   `inflight` candidates; whenever one returns, the next queued candidate goes to the worker that just finished,
   so a fast worker takes more. Scores do not depend on which worker computed them (same weights, same batch,
@@ -48,184 +33,18 @@ from __future__ import annotations
 
 import logging
 import os
-import pickle
-import tempfile
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from essaflow import cluster
-from essaflow.essa.replica import Header, ReplicaTracker, StrategyReplica
-from essaflow.models import ModelConfig
+from essaflow.essa.replica import ReplicaTracker
+from essaflow.essa.scorer import CandidateScorer, ScoringSpec, payload_bytes
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class ScoringSpec:
-    """Everything a scorer needs, sent once when it starts (counted as setup bytes, not per generation)."""
-
-    model: dict[str, Any]
-    """ModelConfig as a dict."""
-    adapter_dir: str
-    """The SFT adapter's directory on the driver (used in place by workers that see the same disk)."""
-    alpha: float
-    nonnegative: bool
-    prompts: list[str]
-    """The ESSA training split's prompts; per generation only indices into it travel."""
-    answers: list[str]
-    reward: str
-    max_new_tokens: int
-    temperature: float
-    top_p: float = 1.0
-    batch_size: int = 512
-    fitness: str = "accuracy"
-    """accuracy (decode, then reward) or answer_probability (teacher-forced P(reference answer))."""
-    fitness_samples: int = 1
-    """Completions decoded per prompt (accuracy fitness); the reward is their mean."""
-    offsets: str = "additive"
-    """The search parameterisation (SVDLoRA offsets: additive or relative)."""
-    merged: bool = True
-    """Score with B'A' merged into the base weights and the LoRA path off (same function, fewer ops)."""
-    adapter_files: dict[str, bytes] = field(default_factory=dict)
-    """The adapter's files (relative path -> bytes: safetensors, JSON, tokenizer): a worker on a node that does not
-    see adapter_dir writes them to a private temporary directory, so ESSA needs no disk shared with the driver."""
-    search: dict[str, Any] | None = None
-    """The essa config as a dict, from which a worker builds its strategy replica (essa.sync=seed); None: vectors
-    only."""
-
-
-class CandidateScorer:
-    """Base + SFT adapter + SVD bases, loaded once; `score` applies offsets and measures minibatch reward."""
-
-    def __init__(self, spec: ScoringSpec):
-        from essaflow.essa.svd_lora import SVDLoRA
-        from essaflow.models import load_model_with_adapter
-        from essaflow.rewards import get_reward
-        from essaflow.sampling import TransformersGenerator
-
-        self.spec = spec
-        adapter_dir = spec.adapter_dir
-        if not Path(adapter_dir).is_dir():  # another machine than the driver's
-            if not spec.adapter_files:
-                raise FileNotFoundError(cluster.unshared_path_message("ESSA worker", "SFT adapter", adapter_dir))
-            self._adapter_copy = tempfile.TemporaryDirectory(prefix="essaflow-adapter-")  # removed with the worker
-            adapter_dir = self._adapter_copy.name
-            for name, data in spec.adapter_files.items():
-                target = Path(adapter_dir) / name
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(data)
-        # on model.device: auto puts a worker with a GPU share on it, one without (CUDA hidden by Ray) on CPU
-        model_cfg = ModelConfig(**spec.model)
-        model, tok = load_model_with_adapter(model_cfg, adapter_dir)  # base quantised per model.quantization
-        merged = spec.merged and model_cfg.quantization == "none"
-        if spec.merged and not merged:  # docs/algorithms.md sec. 6.15
-            log.info("model.quantization=%s: scoring on the LoRA path (an int8/int4 base weight cannot hold "
-                     "W0 + scaling B'A'; essa.merged_scoring ignored)", model_cfg.quantization)  # fmt: skip
-        self.svd = SVDLoRA(model, spec.alpha, nonnegative=spec.nonnegative, offsets=spec.offsets)
-        self.generator = TransformersGenerator(model, tok, spec.batch_size)
-        self.reward = get_reward(spec.reward)
-        self._answer_ids: list[tuple[list[int], list[int]]] | None = None
-        # (LoRA layer, its base weight W0) for merged scoring: W0 + scaling * B'A' is written per candidate.
-        self._merge = [(m, m.base_layer.weight.detach().clone()) for m, _ in self.svd.modules()] if merged else []
-
-    def ready(self) -> tuple[int, str]:
-        """The search dimension (the driver checks it matches its own) and the Ray node this scorer runs on."""
-        return self.svd.dimension, cluster.node_id()
-
-    def score(self, index: int, offsets: np.ndarray, prompt_idx: np.ndarray, seed: int) -> tuple[int, float]:
-        """Fitness of one candidate on the minibatch (all b prompts in one batched call)."""
-        self.svd.apply(offsets)
-        if not self._merge:
-            return index, self._fitness(prompt_idx, seed)
-        with torch.no_grad():
-            for module, w0 in self._merge:
-                module.base_layer.weight.copy_(w0 + module.get_delta_weight(self.svd.adapter_name))
-        with self.generator.model.disable_adapter():  # plain linear layers: the LoRA path would add B'A' again
-            return index, self._fitness(prompt_idx, seed)
-
-    def score_seeded(
-        self, generation: int, index: int, header: Header | None = None
-    ) -> tuple[int, float | None, bytes]:
-        """Seed mode: candidate `index` of `generation`, regenerated by this worker's strategy replica, and its
-        fitness.
-
-        `header` comes with the worker's first call of a generation (see `essaflow.essa.replica`). Answers
-        (index, fitness, replica digest); fitness is None when the replica does not hold `generation` (a restart
-        the driver has not seen yet), and the driver then sends the state.
-        """
-        replica = self._sync_replica(generation, header)
-        if not replica.ready_for(generation):
-            return index, None, replica.digest()
-        _, prompt_idx, seed = replica.context
-        _, value = self.score(index, replica.candidates[index].astype(np.float32), prompt_idx, seed)
-        return index, value, replica.digest()
-
-    def _sync_replica(self, generation: int, header: Header | None) -> StrategyReplica:
-        """The replica, built on first use (not at load: vectors mode never needs it), brought to `generation`."""
-        if getattr(self, "_replica", None) is None:
-            if self.spec.search is None:
-                raise RuntimeError("essa.sync=seed needs ScoringSpec.search (the essa config) to build the replica")
-            self._replica = StrategyReplica(self.spec.search, self.svd.dimension)
-        if header is not None:
-            self._replica.apply(generation, header)
-        return self._replica
-
-    def _fitness(self, prompt_idx: np.ndarray, seed: int) -> float:
-        if self.spec.fitness in ("answer_probability", "answer_logprob"):
-            return self._answer_probability(prompt_idx)
-        outs = self.generator.generate(
-            [self.spec.prompts[i] for i in prompt_idx],
-            n=self.spec.fitness_samples,
-            temperature=self.spec.temperature,
-            top_p=self.spec.top_p,
-            max_new_tokens=self.spec.max_new_tokens,
-            seed=seed,
-        )
-        rewards = [self.reward(text, self.spec.answers[i]) for o, i in zip(outs, prompt_idx) for text in o]
-        return float(np.mean(rewards))
-
-    @torch.no_grad()
-    def _answer_probability(self, prompt_idx: np.ndarray) -> float:
-        """Mean over the minibatch of P_T(reference answer + EOS | prompt), teacher forced, one forward pass."""
-        tok = self.generator.tokenizer
-        if self._answer_ids is None:  # tokenized once: per-call tokenization would cost more than the forward
-            enc_p = tok(self.spec.prompts, add_special_tokens=False)["input_ids"]
-            enc_a = tok(self.spec.answers, add_special_tokens=False)["input_ids"]
-            self._answer_ids = [(p, a + [tok.eos_token_id]) for p, a in zip(enc_p, enc_a)]
-        rows = [self._answer_ids[i] for i in prompt_idx]
-        width = max(len(p) + len(a) for p, a in rows)
-        ids = torch.full((len(rows), width), tok.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        labels = torch.full((len(rows), width), -100, dtype=torch.long)
-        for r, (p, a) in enumerate(rows):  # right padded: prompt, answer, EOS
-            ids[r, : len(p) + len(a)] = torch.tensor(p + a)
-            mask[r, : len(p) + len(a)] = 1
-            labels[r, len(p) : len(p) + len(a)] = torch.tensor(a)
-        model = self.generator.model
-        device = next(model.parameters()).device
-        logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits[:, :-1].float()
-        labels = labels[:, 1:].to(device)
-        scored = labels != -100
-        target = labels.clamp(min=0).unsqueeze(-1)
-        if self.spec.fitness == "answer_logprob":  # mean log P(reference) at temperature 1: the SFT objective
-            logp = torch.log_softmax(logits, dim=-1).gather(-1, target).squeeze(-1)
-            return float((logp * scored).sum(dim=1).mean())
-        if self.spec.temperature == 0:  # greedy: the reference is decoded iff it is the argmax at every step
-            hit = (logits.argmax(dim=-1) == labels) | ~scored
-            return float(hit.all(dim=1).double().mean())
-        logp = torch.log_softmax(logits / self.spec.temperature, dim=-1).gather(-1, target).squeeze(-1)
-        return float(torch.exp((logp * scored).sum(dim=1)).mean())
-
-
-def payload_bytes(obj: Any) -> int:
-    """Serialized size of a call's arguments or reply (pickle protocol 5, as Ray's serializer uses)."""
-    return len(pickle.dumps(obj, protocol=5))
 
 
 @dataclass

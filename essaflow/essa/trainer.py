@@ -31,7 +31,8 @@ from essaflow.config import PipelineConfig, changed_trajectory, method_trajector
 from essaflow.data import Splits
 from essaflow.essa.checkpoint import latest_checkpoint, read_checkpoint, write_checkpoint
 from essaflow.essa.minibatch import MinibatchSampler
-from essaflow.essa.population import GenerationStats, LocalPopulation, RayPopulation, ScoringSpec
+from essaflow.essa.population import GenerationStats, LocalPopulation, RayPopulation
+from essaflow.essa.scorer import ScoringSpec
 from essaflow.essa.strategy import make_strategy
 from essaflow.essa.svd_lora import SVDLoRA
 from essaflow.evaluation import greedy_accuracy
@@ -42,6 +43,7 @@ from essaflow.sampling import TransformersGenerator
 log = logging.getLogger(__name__)
 
 TIED_SHARE, TIED_GENERATIONS = 0.5, 5  # warn when half the population ties for this many generations in a row
+TIED_WARN_EVERY = 50  # ... and again every this many generations while it goes on
 
 
 def generation_seed(seed: int, generation: int) -> int:
@@ -213,13 +215,13 @@ class Search:
     def warn_on_ties(self, tie_share: float) -> None:
         """Most candidates scoring alike for several generations means the search ranks noise: say what helps."""
         self.tied_run = self.tied_run + 1 if tie_share >= TIED_SHARE else 0
-        if self.tied_run == TIED_GENERATIONS:
+        if self.tied_run % TIED_WARN_EVERY == TIED_GENERATIONS:  # once per long tied stretch, not every generation
             log.warning(
-                "ESSA: %.0f%%+ of the candidates tied for %d generations in a row (generation %d): the fitness "
+                "ESSA: %.0f%%+ of the candidates tied for %d generations in a row (to generation %d): the fitness "
                 "cannot tell them apart. Raise essa.sigma0 (or use essa.offsets=relative), essa.minibatch, or "
                 "essa.fitness_samples with essa.fitness_temperature > 0 (docs/algorithms.md sec. 6.16)",
                 100 * TIED_SHARE,
-                TIED_GENERATIONS,
+                self.tied_run,
                 self.generation,
             )
 

@@ -3,7 +3,10 @@
 advantages.py  group-normalised advantages + focal weight, registry `register_advantage`
 losses.py      policy losses, registry `register_loss`; KL and aggregation
 rollout.py     prompts per step, batch-invariant sampling, rewards, log-probs
+config.py      GRPOConfig
+update.py      one rollout step's optimisation: the loss over global mini-batches, the step's metrics
+worker.py      the loop one worker (rank) runs, with typed events to the driver
 checkpoint.py  atomic checkpoints and exact resume
-trainer.py     the training loop (one worker) and `train_grpo` (in-process or Ray Train DDP)
-job.py         `essaflow grpo`: SFT start -> eval -> train -> eval
+trainer.py     `train_grpo`: the driver, in-process or on Ray Train
+distributed.py the Ray Train launch and the relay of rank 0's events
 """

@@ -71,12 +71,30 @@ def _ray_worker_entry(config: dict) -> None:
     )
 
 
+def _loop_config(cfg: PipelineConfig, splits: Splits, start: Path, out_dir: Path, ckpt_dir: Path | None, queue):
+    """What every rank receives: the config, the registry entries it names, the problems, paths, the relay."""
+    return {
+        "cfg": cfg,
+        "plugins": [
+            (cfg.eval.reward, REWARDS[cfg.eval.reward]),
+            (cfg.grpo.loss, LOSSES[cfg.grpo.loss]),
+            (cfg.grpo.advantage, ADVANTAGES[cfg.grpo.advantage]),
+        ],
+        "train": _problems_payload(splits.train),
+        "eval": _problems_payload(splits.eval),
+        "start": str(start),
+        "out_dir": str(out_dir),
+        "checkpoint_dir": str(ckpt_dir) if ckpt_dir else None,
+        "queue": queue,
+    }
+
+
 def run_on_ray(cfg: PipelineConfig, splits: Splits, start: Path, out_dir: Path, ckpt_dir: Path | None, emit: Emit):
     """Launch `cfg.grpo.workers.count` Ray Train DDP workers and relay rank 0's reports to `emit` as they arrive."""
     import ray
     from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
-    from ray.util.queue import Empty, Queue
+    from ray.util.queue import Queue
 
     if not ray.is_initialized():
         # cfg.ray_address, else RAY_ADDRESS, else a new local Ray (never a stale `ray start` one)
@@ -92,20 +110,7 @@ def run_on_ray(cfg: PipelineConfig, splits: Splits, start: Path, out_dir: Path, 
     queue = Queue(actor_options={"num_cpus": 0, "resources": {"node:__internal_head__": 0.001}})
     trainer = TorchTrainer(
         _ray_worker_entry,
-        train_loop_config={
-            "cfg": cfg,
-            "plugins": [
-                (cfg.eval.reward, REWARDS[cfg.eval.reward]),
-                (cfg.grpo.loss, LOSSES[cfg.grpo.loss]),
-                (cfg.grpo.advantage, ADVANTAGES[cfg.grpo.advantage]),
-            ],
-            "train": _problems_payload(splits.train),
-            "eval": _problems_payload(splits.eval),
-            "start": str(start),
-            "out_dir": str(out_dir),
-            "checkpoint_dir": str(ckpt_dir) if ckpt_dir else None,
-            "queue": queue,
-        },
+        train_loop_config=_loop_config(cfg, splits, start, out_dir, ckpt_dir, queue),
         scaling_config=ScalingConfig(
             num_workers=request.workers,
             use_gpu=use_gpu,
@@ -130,6 +135,20 @@ def run_on_ray(cfg: PipelineConfig, splits: Splits, start: Path, out_dir: Path, 
 
     thread = threading.Thread(target=fit, name="grpo-ray-fit", daemon=True)
     thread.start()
+    callback_error = _relay(queue, thread, emit)
+    thread.join()
+    ray.kill(queue.actor)
+    if "error" in outcome:
+        raise outcome["error"]
+    if callback_error is not None:
+        raise callback_error
+
+
+def _relay(queue, thread: threading.Thread, emit: Emit) -> BaseException | None:
+    """Pass rank 0's events to `emit` until the fit thread ends and the queue is empty. A callback that raises
+    stops the relay (later events are dropped) and its error is returned, to be raised once the workers stop."""
+    from ray.util.queue import Empty
+
     callback_error: BaseException | None = None
     while True:
         alive = thread.is_alive()
@@ -137,16 +156,10 @@ def run_on_ray(cfg: PipelineConfig, splits: Splits, start: Path, out_dir: Path, 
             event = queue.get(timeout=0.2)
         except Empty:
             if not alive:
-                break
+                return callback_error
             continue
         if callback_error is None:
             try:
                 emit(event)
             except BaseException as err:  # Ray mode: a driver callback error surfaces once the workers stop
                 callback_error = err
-    thread.join()
-    ray.kill(queue.actor)
-    if "error" in outcome:
-        raise outcome["error"]
-    if callback_error is not None:
-        raise callback_error

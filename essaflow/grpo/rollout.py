@@ -238,34 +238,9 @@ def collect(
     rows = torch.arange(len(slots) * g).view(-1, g)  # row index of each (group, sample) into the pieces
     retried = 0
     if s.dynamic_sampling:
-        offset = len(slots) * g
-        for round_ in range(1, s.dynamic_sampling_rounds + 1):
-            todo = [i for i in range(len(slots)) if bool(rewards[i].amax() == rewards[i].amin())]
-            if not todo:
-                break
-            retried += len(todo)
-            alt = [train[replacement_index(s.seed, step, slots[i], round_, len(train))] for i in todo]
-            keys = hash_keys(s.seed, step, slot_t[todo], round_)
-            d2, c2, r2 = _draw_groups(model, tokenizer, alt, keys, s, reward, max_new_tokens)
-            parts["prompt_ids"].append(d2.prompt_ids)
-            parts["prompt_mask"].append(d2.prompt_mask)
-            parts["completion"].append(d2.completion_ids)
-            parts["cmask"].append(d2.completion_mask)
-            for k, i in enumerate(todo):  # keep the newest draw of the slot
-                correct[i], rewards[i] = c2[k], r2[k]
-                rows[i] = offset + torch.arange(k * g, (k + 1) * g)
-            offset += len(todo) * g
-    pad = tokenizer.pad_token_id
-    width = max(p.shape[1] for p in parts["prompt_ids"])
-
-    def left_pad(pieces: list[torch.Tensor], value: int) -> torch.Tensor:
-        return torch.cat([torch.nn.functional.pad(p, (width - p.shape[1], 0), value=value) for p in pieces])
-
-    order = rows.reshape(-1)
-    prompt_ids = left_pad(parts["prompt_ids"], pad)[order]
-    prompt_mask = left_pad(parts["prompt_mask"], 0)[order]
-    completion = torch.cat(parts["completion"])[order]
-    cmask = torch.cat(parts["cmask"])[order]
+        draws = _DrawSet(model, tokenizer, s, reward, max_new_tokens, parts, rows, correct, rewards)
+        retried = draws.resample_uniform(train, slots, slot_t, step)
+    width, prompt_ids, prompt_mask, completion, cmask = _assemble(parts, rows.reshape(-1), tokenizer.pad_token_id)
     truncated = ~(completion == tokenizer.eos_token_id).any(dim=1)
     loss_mask = cmask.float()
     if s.overlong_filter:  # DAPO overlong filtering: truncated completions carry no loss
@@ -290,6 +265,54 @@ def collect(
         gen_s=time.perf_counter() - start,
         retried_groups=retried,
     )
+
+
+def _assemble(parts: dict[str, list[torch.Tensor]], order: torch.Tensor, pad: int):
+    """The draws' pieces as one batch in row order: prompts left-padded to one width, completions as drawn."""
+    width = max(p.shape[1] for p in parts["prompt_ids"])
+
+    def left_pad(pieces: list[torch.Tensor], value: int) -> torch.Tensor:
+        return torch.cat([torch.nn.functional.pad(p, (width - p.shape[1], 0), value=value) for p in pieces])
+
+    prompt_ids = left_pad(parts["prompt_ids"], pad)[order]
+    prompt_mask = left_pad(parts["prompt_mask"], 0)[order]
+    return width, prompt_ids, prompt_mask, torch.cat(parts["completion"])[order], torch.cat(parts["cmask"])[order]
+
+
+@dataclass
+class _DrawSet:
+    """The pieces a step's rollout is assembled from, and DAPO's dynamic sampling over them (DAPO sec. 3.2)."""
+
+    model: PreTrainedModel
+    tokenizer: object
+    s: GRPOConfig
+    reward: str
+    max_new_tokens: int
+    parts: dict[str, list[torch.Tensor]]
+    rows: torch.Tensor
+    correct: torch.Tensor
+    rewards: torch.Tensor
+
+    def resample_uniform(self, train: list[Problem], slots: list[int], slot_t: torch.Tensor, step: int) -> int:
+        """Redraw each zero-variance group with another problem for its slot, up to dynamic_sampling_rounds
+        times; the newest draw of a slot replaces its rows. Returns how many groups were redrawn."""
+        s, g, retried = self.s, self.s.group_size, 0
+        offset = len(slots) * g
+        for round_ in range(1, s.dynamic_sampling_rounds + 1):
+            todo = [i for i in range(len(slots)) if bool(self.rewards[i].amax() == self.rewards[i].amin())]
+            if not todo:
+                break
+            retried += len(todo)
+            alt = [train[replacement_index(s.seed, step, slots[i], round_, len(train))] for i in todo]
+            keys = hash_keys(s.seed, step, slot_t[todo], round_)
+            d2, c2, r2 = _draw_groups(self.model, self.tokenizer, alt, keys, s, self.reward, self.max_new_tokens)
+            for name, piece in zip(self.parts, (d2.prompt_ids, d2.prompt_mask, d2.completion_ids, d2.completion_mask)):
+                self.parts[name].append(piece)
+            for k, i in enumerate(todo):  # keep the newest draw of the slot
+                self.correct[i], self.rewards[i] = c2[k], r2[k]
+                self.rows[i] = offset + torch.arange(k * g, (k + 1) * g)
+            offset += len(todo) * g
+        return retried
 
 
 def token_logprobs(

@@ -17,7 +17,8 @@ import ray
 
 from essaflow.essa.checkpoint import latest_checkpoint
 from essaflow.essa.minibatch import MinibatchSampler
-from essaflow.essa.population import CandidateScorer, LocalPopulation, RayPopulation
+from essaflow.essa.population import LocalPopulation, RayPopulation
+from essaflow.essa.scorer import CandidateScorer
 from essaflow.essa.strategy import make_strategy
 from essaflow.essa.trainer import generation_seed, scoring_spec, train_essa
 from tests.support import essa_tiny

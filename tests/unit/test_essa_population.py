@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from essaflow.config import load_config
-from essaflow.essa.population import CandidateScorer, LocalPopulation, payload_bytes
+from essaflow.essa.population import LocalPopulation
+from essaflow.essa.scorer import CandidateScorer, payload_bytes
 from essaflow.essa.trainer import scoring_spec
 from essaflow.models import attach_lora, load_base_model, load_model_with_adapter, load_tokenizer, save_adapter
 from essaflow.warm_start import prepare_splits

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from essaflow.config import ConfigError, load_config
-from essaflow.essa.population import CandidateScorer
+from essaflow.essa.scorer import CandidateScorer
 from essaflow.essa.trainer import scoring_spec
 from essaflow.models import ModelConfig, load_model_with_adapter
 from essaflow.quantization import is_quantized
