@@ -42,7 +42,7 @@ from essaflow.sampling import TransformersGenerator
 
 log = logging.getLogger(__name__)
 
-TIED_SHARE, TIED_GENERATIONS = 0.5, 5  # warn when half the population ties for this many generations in a row
+TIED_SHARE, TIED_GENERATIONS = 0.75, 5  # warn when 3 in 4 candidates tie for this many generations in a row
 TIED_WARN_EVERY = 50  # ... and again every this many generations while it goes on
 
 

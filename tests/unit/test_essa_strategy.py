@@ -93,3 +93,35 @@ def test_tell_refuses_a_wrong_population():
 def test_es_needs_an_even_population():
     with pytest.raises(ConfigError, match="essa.*population=7"):
         load_config(None, ["essa.strategy=es", "essa.population=7"])
+
+
+def test_centered_ranks_give_ties_their_mean_rank_and_bound_the_weights():
+    from essaflow.essa.strategy import centered_ranks
+
+    ranks = centered_ranks(np.array([0.5, 0.25, 0.5, 0.75, 0.5]))
+    assert ranks.tolist() == [0.0, -0.5, 0.0, 0.5, 0.0]  # the three tied 0.5s share rank 2 of 0..4
+    assert centered_ranks(np.full(6, 0.3)).tolist() == [0.0] * 6  # all tied: no update at all
+    assert np.isclose(centered_ranks(np.random.RandomState(1).randn(32)).sum(), 0.0)
+
+
+def test_rank_shaped_es_ignores_tied_candidates():
+    """Only the candidates that differ from the tied bulk steer the mean, and the step does not depend on the
+    fitness values' scale (a z-score would blow a single outlier up)."""
+    steps = []
+    for scale in (1.0, 1000.0):
+        es = GaussianES(4, 8, 0.1, 0.5, seed=3, antithetic=False, shaping="centered_rank")
+        x = es.ask()
+        fitness = np.zeros(8)
+        fitness[2] = scale  # one candidate better, the other seven tied
+        es.tell(x, fitness)
+        steps.append(es.mean)
+    assert np.allclose(steps[0], steps[1])
+    assert np.dot(steps[0], x[2]) > 0  # towards the better candidate
+
+
+def test_fitness_samples_need_a_sampling_temperature():
+    with pytest.raises(ConfigError, match="fitness_samples"):
+        load_config(None, ["essa.fitness_samples=4"])
+    assert load_config(None, ["essa.fitness_samples=4", "essa.fitness_temperature=1.0"]).essa.fitness_samples == 4
+    assert ESSAConfig().fitness_kind == "black-box reward"
+    assert ESSAConfig(fitness="answer_logprob").fitness_kind == "gray-box: needs reference answers"

@@ -103,3 +103,21 @@ def test_export_loads_with_plain_peft(tiny, tmp_path):
     plain = PeftModel.from_pretrained(base, str(out)).eval()  # peft only, no essaflow
     torch.testing.assert_close(_logits(plain, tok), tuned)
     assert (out / "adapter_model.safetensors").exists() and (out / "tokenizer.json").exists()
+
+
+def test_relative_offsets_scale_every_singular_value_by_one_plus_theta(tiny):
+    cfg, _, adapter = tiny
+    model, _ = load_model_with_adapter(cfg.model, adapter)
+    additive, relative = SVDLoRA(model, 1.0), None
+    s0 = np.concatenate([f.s for f in additive._factors])  # noqa: SLF001 (the anchor values the test scales)
+    theta = np.random.RandomState(0).uniform(-0.5, 0.5, additive.dimension)
+    additive.apply(s0 * theta)  # the same point written additively
+    expect = {n: p.detach().clone() for n, p in model.named_parameters() if "lora_" in n}
+    additive.apply(np.zeros(additive.dimension))
+    relative = SVDLoRA(model, 1.0, offsets="relative")
+    relative.apply(theta)
+    for n, p in model.named_parameters():
+        if "lora_" in n:
+            assert torch.allclose(p, expect[n], atol=1e-6), n
+    relative.apply(np.full(relative.dimension, -1.0))  # theta = -1 zeroes every searched value
+    assert all(float(f.weight.abs().max()) < 1e-5 for f in relative._factors)  # noqa: SLF001

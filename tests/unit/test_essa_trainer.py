@@ -79,3 +79,17 @@ def test_training_writes_a_peft_adapter_and_metrics(tmp_path):
     assert [m["generation"] for m in result.metrics if "eval_greedy" in m] == [0, 1, 2]
     assert result.bytes_per_update == np.mean([m["bytes"] for m in gens])
     assert (tmp_path / "out" / "metrics.jsonl").read_text().count("\n") == len(result.metrics)
+
+
+def test_ties_are_measured_every_generation_and_a_tied_search_is_warned_about(tmp_path, caplog):
+    cfg, splits, adapter = make_tiny(
+        tmp_path, ["essa.strategy=es", "essa.sigma0=1e-9", "essa.generations=6", "essa.eval_every=0"]
+    )
+    with caplog.at_level("WARNING", logger="essaflow.essa.trainer"):
+        result = train_essa(cfg, splits, adapter, tmp_path / "run")
+    rows = [m for m in result.metrics if "fitness_mean" in m]
+    population = cfg.essa.population
+    assert [m["distinct_fitness"] for m in rows] == [1] * 6  # a step of 1e-9 flips no answer: everyone ties
+    assert all(m["tie_share"] == round(1 - 1 / population, 4) and m["fitness_std"] == 0.0 for m in rows)
+    warned = [r.getMessage() for r in caplog.records if "tied for" in r.getMessage()]
+    assert len(warned) == 1 and "essa.sigma0" in warned[0] and "essa.minibatch" in warned[0]
