@@ -13,7 +13,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import ray
 
 from essaflow.essa.checkpoint import latest_checkpoint
 from essaflow.essa.minibatch import MinibatchSampler
@@ -31,16 +30,8 @@ TRACE = ("generation", "fitness_mean", "fitness_max", "fitness_min", "sigma", "m
 
 @pytest.fixture(scope="module", autouse=True)
 def local_ray():
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the fault-injecting workers travel by value
-    ray.cloudpickle.register_pickle_by_value(essa_tiny)
-    ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        log_to_driver=False,
-        runtime_env={"worker_process_setup_hook": essa_tiny.register_test_reward},
-    )
-    yield
-    ray.shutdown()
+    with essa_tiny.local_ray(sys.modules[__name__]):  # the fault-injecting scorers below travel by value
+        yield
 
 
 @pytest.fixture(scope="module")

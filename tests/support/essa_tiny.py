@@ -6,7 +6,11 @@ and the strategy has something to rank. Learning itself is tested on the calibra
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
@@ -92,3 +96,23 @@ def make_tiny(root: Path, overrides: list[str] | None = None) -> tuple[PipelineC
         ],
     )
     return cfg, prepare_splits(cfg.data), random_adapter(cfg, root / "adapter")
+
+
+@contextmanager
+def local_ray(test_module: ModuleType) -> Iterator[None]:
+    """A 2-CPU local Ray for a test module: its code (fault-injecting scorers) and this module (the test reward)
+    travel to the workers by value, not by import path, and every worker registers the test reward."""
+    import ray
+
+    ray.cloudpickle.register_pickle_by_value(test_module)
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        runtime_env={"worker_process_setup_hook": register_test_reward},
+    )
+    try:
+        yield
+    finally:
+        ray.shutdown()
