@@ -131,14 +131,15 @@ class GenerationMetrics:
     @classmethod
     def of(cls, generation: int, fitness: np.ndarray, stats: GenerationStats, strategy, wall_s: float):
         per_node = {node[:8]: n for node, n in stats.per_node.items()}
+        distinct = len(np.unique(fitness))
         return cls(
             generation=generation,
             fitness_mean=float(fitness.mean()),
             fitness_max=float(fitness.max()),
             fitness_min=float(fitness.min()),
             fitness_std=float(fitness.std()),
-            distinct_fitness=int(len(np.unique(fitness))),
-            tie_share=round(1.0 - len(np.unique(fitness)) / len(fitness), 4),
+            distinct_fitness=distinct,
+            tie_share=round(1.0 - distinct / len(fitness), 4),
             sigma=strategy.sigma,
             mean_norm=float(np.linalg.norm(strategy.mean)),
             wall_s=round(wall_s, 4),

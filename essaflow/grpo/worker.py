@@ -157,6 +157,11 @@ class Learner:
         return cls(cfg, info, tok, model, wrap_ddp(model, info, comm), params, optimizer, scheduler, ref_model, comm)
 
     @property
+    def trainable_bytes(self) -> int:
+        """Bytes of the trainable parameters (what one all-reduce of the gradients carries)."""
+        return sum(p.numel() * p.element_size() for p in self.params)
+
+    @property
     def max_new_tokens(self) -> int:
         return self.cfg.grpo.max_new_tokens or self.cfg.sampling.max_new_tokens
 
@@ -179,7 +184,7 @@ class Learner:
         metrics.step_s, metrics.train_s = time.perf_counter() - t0, time.perf_counter() - t1
         metrics.tokens_per_s = metrics.gen_tokens / metrics.step_s
         metrics.bytes_allreduced, metrics.aux_bytes = self.comm.grad, self.comm.aux
-        metrics.trainable_bytes = sum(p.numel() * p.element_size() for p in self.params)
+        metrics.trainable_bytes = self.trainable_bytes
         return metrics
 
     def held_out(self, problems: list[Problem]) -> float:
