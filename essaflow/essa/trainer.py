@@ -30,7 +30,7 @@ import numpy as np
 from essaflow.config import PipelineConfig, changed_trajectory, method_trajectory
 from essaflow.data import Splits
 from essaflow.essa.checkpoint import latest_checkpoint, read_checkpoint, write_checkpoint
-from essaflow.essa.minibatch import MinibatchSampler
+from essaflow.essa.minibatch import MinibatchSampler, generation_seed
 from essaflow.essa.population import GenerationStats, LocalPopulation, RayPopulation
 from essaflow.essa.scorer import ScoringSpec
 from essaflow.essa.strategy import make_strategy
@@ -44,11 +44,6 @@ log = logging.getLogger(__name__)
 
 TIED_SHARE, TIED_GENERATIONS = 0.75, 5  # warn when 3 in 4 candidates tie for this many generations in a row
 TIED_WARN_EVERY = 50  # ... and again every this many generations while it goes on
-
-
-def generation_seed(seed: int, generation: int) -> int:
-    """Sampling seed of a generation's fitness decoding (common to all its candidates)."""
-    return int(np.random.SeedSequence([seed, generation]).generate_state(1)[0] % (2**31 - 1))
 
 
 def scoring_spec(cfg: PipelineConfig, splits: Splits, sft_adapter: Path, ship_adapter: bool = True) -> ScoringSpec:
@@ -304,7 +299,9 @@ def train_essa(
             prompts = search.sampler.next()
             candidates = search.strategy.ask()
             seed = generation_seed(cfg.essa.seed, search.generation)
-            fitness, stats = population.evaluate(candidates, prompts, seed, search.generation, search.strategy)
+            fitness, stats = population.evaluate(
+                candidates, prompts, seed, search.generation, search.strategy, search.sampler
+            )
             search.strategy.tell(candidates, fitness)
             search.generation += 1
             _report(report, search.record(fitness, stats, time.perf_counter() - t0))
