@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,10 @@ log = logging.getLogger(__name__)
 MEMO_NAME = "content-digests.json"
 MEMO_FORMAT = 1
 MAX_ENTRIES = 50_000  # a few KB per hundred files; oldest entries go first beyond this
+# File times tick coarsely (a jiffy, or worse on some file systems): a file rewritten within the same tick as the
+# stat we remembered would look unchanged. Like git's "racily clean" rule, a file changed this recently is hashed
+# every time and remembered only once it has settled.
+RACY_NS = 2_000_000_000
 
 
 def _stat_key(st: os.stat_result) -> list[int]:
@@ -81,7 +86,8 @@ def _digests(paths: list[Path]) -> list[tuple[str, int]]:
             out.append((entry["sha256"], st.st_size))
             continue
         sha, size = sha256_file(p)
-        if _stat_key(p.stat()) == stat:  # not remembered if the file changed while we read it
+        settled = time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > RACY_NS
+        if settled and _stat_key(p.stat()) == stat:  # not remembered if it changed while we read it
             files.pop(key, None)
             files[key] = {"stat": stat, "sha256": sha}
             changed = True

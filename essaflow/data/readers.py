@@ -220,7 +220,7 @@ def read_csv(raw: bytes, source: str) -> Table:
                 column = len(header) + 1 if extra else len(cells) + 1
                 table.bad(
                     f"{where}, column {column}",
-                    f"{len(cells)} cells where the header (line 1) names {len(header)} columns"
+                    f"{len(cells)} cell{'s' * (len(cells) != 1)} where the header (line 1) names {len(header)} columns"
                     + ("" if extra else f" (no {header[len(cells)]!r})"),
                 )
                 continue

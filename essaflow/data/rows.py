@@ -31,8 +31,9 @@ class NotScalar(ValueError):
 
 
 def cell_text(value: Any) -> str | None:
-    """A cell as the source wrote it: None when missing; numbers as their text (JSON 3 -> "3", Parquet int 7 ->
-    "7", 2.5 -> "2.5"); booleans as JSON writes them. Lists, objects and bytes raise NotScalar."""
+    """A cell as the source wrote it: None when missing; numbers as their text (JSON keeps what was written: 3 ->
+    "3", 3.0 -> "3.0"; typed Parquet/HF values: int 7 -> "7", float 7.0 -> "7", 2.5 -> "2.5"); booleans as JSON
+    writes them. Lists, objects and bytes raise NotScalar."""
     if value is None or isinstance(value, str):
         return value
     if isinstance(value, bool):
@@ -40,7 +41,11 @@ def cell_text(value: Any) -> str | None:
     if isinstance(value, int | Decimal):
         return str(value)
     if isinstance(value, float):
-        return None if value != value else repr(value)  # NaN is how pandas-written files spell null
+        if value != value:  # NaN is how pandas-written files spell null
+            return None
+        # A typed float has no source text. One holding an integer is nearly always an int column that pandas
+        # turned into float64 to hold a null, so 7.0 reads "7"; other floats read as their shortest repr ("2.5").
+        return str(int(value)) if value.is_integer() else repr(value)
     kind = {list: "a list", tuple: "a list", dict: "an object", bytes: "bytes", bytearray: "bytes"}
     raise NotScalar(f"{kind.get(type(value), type(value).__name__)}, not text or a number")
 
