@@ -67,7 +67,7 @@ def read_file(path: Path, source: str | None = None) -> Table:
     if suffix not in SUFFIXES:
         raise DataFileError(f"{source}: unsupported data file type {suffix!r}; use {', '.join(SUFFIXES)}")
     data = path.read_bytes()
-    if not data.strip():
+    if not data or data.isspace():
         raise DataFileError(f"{source}: the file is empty")
     if suffix in (".jsonl", ".ndjson"):
         return read_jsonl(data, source)

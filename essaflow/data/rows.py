@@ -34,8 +34,10 @@ def cell_text(value: Any) -> str | None:
     """A cell as the source wrote it: None when missing; numbers as their text (JSON keeps what was written: 3 ->
     "3", 3.0 -> "3.0"; typed Parquet/HF values: int 7 -> "7", float 7.0 -> "7", 2.5 -> "2.5"); booleans as JSON
     writes them. Lists, objects and bytes raise NotScalar."""
-    if value is None or isinstance(value, str):
-        return value
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return str(value)  # a plain str, also for a JSON Number (its text)
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int | Decimal):

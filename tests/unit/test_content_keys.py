@@ -217,3 +217,40 @@ def test_store_versions_follow_the_bytes(tmp_path):
     store.put_bytes("models/m/model.safetensors", b"w2")
     assert store.versions("models/m") != v1
     assert list(store.versions("models/m/config.json")) == ["models/m/config.json"]
+
+
+class _FakeS3:
+    """list_objects_v2 pages over {key: (etag, size)}: what S3Store.versions reads (no object is fetched)."""
+
+    def __init__(self, objects: dict[str, tuple[str, int]]):
+        self.objects = objects
+
+    def get_paginator(self, name):
+        assert name == "list_objects_v2"
+        return self
+
+    def paginate(self, Bucket, Prefix):  # noqa: N803 - boto3's spelling
+        found = [{"Key": k, "ETag": f'"{e}"', "Size": s} for k, (e, s) in sorted(self.objects.items())]
+        return [{"Contents": [o for o in found if o["Key"].startswith(Prefix)]}]
+
+
+def test_s3_versions_are_etag_and_size_from_one_listing_and_change_with_the_object():
+    from essaflow.model_identity import s3_version
+    from essaflow.storage import S3Store
+
+    objects = {"ckpt/config.json": ("e1", 2), "ckpt/model.safetensors": ("e2", 64), "ckpt2/x": ("e3", 1)}
+    store = S3Store("bucket", "", _client=_FakeS3(objects), _shared={"bucket_ok": True, "conditional": True})
+    assert store.versions("ckpt") == {"ckpt/config.json": "e1:2", "ckpt/model.safetensors": "e2:64"}
+    assert store.versions("ckpt/config.json") == {"ckpt/config.json": "e1:2"}
+
+    import essaflow.storage as storage
+
+    before = None
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(storage, "open_store", lambda uri: store.child(uri.removeprefix("s3://bucket/")))
+        before = s3_version("s3://bucket/ckpt")
+        objects["ckpt/model.safetensors"] = ("e9", 64)  # retrained weights uploaded over the old ones
+        assert s3_version("s3://bucket/ckpt") != before
+        objects.clear()
+        with pytest.raises(ConfigError, match="no objects under s3://bucket/ckpt"):
+            s3_version("s3://bucket/ckpt")
