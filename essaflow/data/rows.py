@@ -54,7 +54,8 @@ def cell_text(value: Any) -> str | None:
 
 def column_map(cfg: DataConfig) -> dict[str, str]:
     """Our field -> the source's column: identity, then the adapter's names, then data.columns."""
-    return {"id": "id", "prompt": "prompt", "answer": "answer", **ADAPTER_COLUMNS[cfg.adapter], **cfg.columns}
+    identity = {"id": "id", "prompt": "prompt", "answer": "answer", "solution": "solution"}
+    return {**identity, **ADAPTER_COLUMNS[cfg.adapter], **cfg.columns}
 
 
 def check_columns(table: Table, cfg: DataConfig) -> None:
@@ -116,13 +117,16 @@ def _problem(record_values: dict[str, Any], index: int, cfg: DataConfig) -> dict
     except NotScalar as e:
         return col, f"id is {e}"
     fields = {"id": rid if rid and rid.strip() else str(index), "prompt": prompt, "answer": answer}
-    # other Problem fields a mapping names (e.g. a worked solution), passed through as text
-    for ours, theirs in mapping.items():
-        if ours not in fields and ours in Problem.model_fields and theirs in record_values:
-            try:
-                fields[ours] = cell_text(record_values[theirs])
-            except NotScalar as e:
-                return theirs, f"{ours} is {e}"
+    if "solution" in Problem.model_fields:  # where the schema has one (sft.target=solution trains on it)
+        # a 'solution' column (or data.columns.solution), else the adapter's full answer text: GSM8K's worked
+        # answer, MATH's solution; the reward still judges the final answer
+        col = mapping["solution"]
+        try:
+            text = cell_text(record_values[col]) if col in record_values else None
+        except NotScalar as e:
+            return col, f"solution is {e}"
+        text = text if text is not None or cfg.adapter == "plain" else raw
+        fields["solution"] = text.strip() if text and text.strip() else None
     return fields
 
 
