@@ -5,7 +5,8 @@ a file rewritten in place is new content. Hashing a 15 GB checkpoint on every ru
 SHA-256 is remembered in a small JSON memo under the cache directory, keyed by its absolute path and its stat
 (size, mtime, ctime, inode). Any write changes mtime and ctime; `cp -p` / `rsync -a` restore mtime but not ctime
 (the kernel sets it), and a file replaced by rename gets a new inode, so changed bytes always miss the memo and are
-rehashed. An unchanged file costs one stat.
+rehashed. An unchanged file costs one stat. A file changed in the last 2 s is hashed every time and remembered
+only once it has settled (file times tick coarsely; git's "racily clean" rule, see RACY_NS).
 
 The memo is written atomically (temporary sibling, then rename); two processes racing lose at worst an entry,
 which costs a rehash, never a wrong digest.

@@ -160,3 +160,24 @@ def test_the_template_must_hold_the_prompt_and_file_sources_need_a_path():
 def test_a_missing_data_path_names_it(tmp_path):
     with pytest.raises(DataFileError, match=r"nope.jsonl: data.path does not exist"):
         _load(tmp_path / "nope.jsonl")
+
+
+def test_hf_int_columns_with_nulls_stay_int_and_rows_are_named(tmp_path):
+    import datasets
+
+    ds = datasets.Dataset.from_list([{"prompt": "a", "answer": 7}, {"prompt": "b", "answer": None}])
+    ds.save_to_disk(str(tmp_path / "ds"))
+    cfg = DataConfig(source="hf", path=str(tmp_path / "ds"))
+    with pytest.raises(BadRowsError, match=r"ds: row 1, column 'answer': answer is missing"):
+        read_problems(cfg)
+    assert [p.answer for p in read_problems(cfg.model_copy(update={"on_bad_row": "drop"})).problems] == ["7"]
+
+
+def test_windows_line_endings_and_a_bom_read_the_same(tmp_path):
+    f = tmp_path / "w.csv"
+    f.write_bytes(b"\xef\xbb\xbfprompt,answer\r\na,1\r\nb,\r\n")
+    with pytest.raises(BadRowsError, match=r"line 3, column 'answer': answer is missing"):
+        _load(f)
+    g = tmp_path / "w.jsonl"
+    g.write_bytes(b'\xef\xbb\xbf{"prompt": "a", "answer": 1}\r\n{"prompt": "b", "answer": 2}\r\n')
+    assert _answers(g) == ["1", "2"]
