@@ -11,7 +11,7 @@ from typing import Any
 from prefect.tasks import exponential_backoff
 
 from essaflow.config import ConfigError
-from essaflow.data import BadRowsError
+from essaflow.data import DataError
 from essaflow.storage import StorageError
 from essaflow.tracking import TrackingError
 
@@ -22,7 +22,7 @@ def transient_only(task: Any, task_run: Any, state: Any) -> bool:
     """Prefect retry condition: retry unless the exception says retrying cannot help."""
     try:
         state.result()
-    except (ConfigError, BadRowsError, TrackingError, ImportError):
+    except (ConfigError, DataError, TrackingError, ImportError):  # DataError: unreadable file, malformed rows
         return False
     except StorageError as e:
         return e.kind not in PERMANENT_STORAGE
