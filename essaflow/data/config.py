@@ -6,7 +6,8 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from essaflow.config_base import StrictConfig
+from essaflow.config_base import StrictConfig, trajectory
+from essaflow.prompt_format import PromptFormat
 
 
 class SyntheticTaskConfig(StrictConfig):
@@ -47,6 +48,13 @@ class DataConfig(StrictConfig):
     """Column mapping from our names (id, prompt, answer) to the source's names, e.g. {prompt: question}."""
     prompt_template: str = "{prompt}"
     """Template applied to every prompt; '{prompt}' is replaced by the raw prompt."""
+    chat_template: Literal["auto", "always", "never"] = trajectory("auto")
+    """Wrap prompts in the tokenizer's chat template wherever they meet the model (SFT, ESSA scoring, GRPO
+    rollouts, evaluation, the registered model): auto = when the tokenizer has one (instruct checkpoints),
+    always = the tokenizer's or an error, never = the text as is (essaflow/prompt_format.py)."""
+    system_prompt: str | None = trajectory(None)
+    """System message before every user turn (e.g. "Reason step by step and put the final answer after
+    '####'."); without a chat template it is prepended as a paragraph. None: the template's own default."""
     on_bad_row: Literal["error", "drop"] = "error"
     """Malformed rows: fail listing their row numbers (error) or drop them and count them (drop)."""
     synthetic: SyntheticTaskConfig = SyntheticTaskConfig()
@@ -59,3 +67,7 @@ class DataConfig(StrictConfig):
     """Cap on problems read from the source (after validation), for quick runs."""
     seed: int = 0
     """Seed of the synthetic generator (splits are by content hash, not by this seed)."""
+
+    def prompt_format(self) -> PromptFormat:
+        """How prompts are wrapped for the model: the one value SFT, scoring, rollouts and evaluation share."""
+        return PromptFormat(chat_template=self.chat_template, system_prompt=self.system_prompt)

@@ -71,16 +71,15 @@ def _map_columns(rows: list[dict[str, Any]], cfg: DataConfig) -> list[dict[str, 
     out = []
     for row in rows:
         mapped = {ours: row.get(theirs) for ours, theirs in mapping.items()}
-        for key in ("id", "prompt", "answer"):
+        for key in ("id", "prompt", "answer", "solution"):
             if key not in mapped and key in row:
                 mapped[key] = row[key]
         answer = mapped.get("answer")
         if isinstance(answer, float) and answer != answer:  # NaN from pandas means missing
             answer = None
-        if isinstance(answer, str) and cfg.adapter == "gsm8k":
-            answer = after_hashes(answer)
-        elif isinstance(answer, str) and cfg.adapter == "math":
-            answer = last_boxed(answer)
+        if isinstance(answer, str) and cfg.adapter in ("gsm8k", "math"):
+            mapped.setdefault("solution", answer)  # the worked solution, for sft.target=solution
+            answer = after_hashes(answer) if cfg.adapter == "gsm8k" else last_boxed(answer)
         elif answer is not None and not isinstance(answer, str):
             answer = str(answer)
         mapped["answer"] = answer
