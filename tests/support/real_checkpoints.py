@@ -19,6 +19,7 @@ import json
 import random
 from pathlib import Path
 
+import pytest
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import (
@@ -202,3 +203,22 @@ def build_llama_like(out_dir: Path, train_steps: int = 0, seed: int = 0) -> Path
     model.save_pretrained(out, safe_serialization=True)
     tok.save_pretrained(out)
     return out
+
+
+# Session fixtures (import them into a test module: `from tests.support.real_checkpoints import qwen_trained`).
+@pytest.fixture(scope="session")
+def qwen_untrained(tmp_path_factory) -> Path:
+    """Random-weight Qwen-like checkpoint (tokenizer and template tests)."""
+    return build_qwen_like(tmp_path_factory.mktemp("qwen-untrained"))
+
+
+@pytest.fixture(scope="session")
+def qwen_trained(tmp_path_factory) -> Path:
+    """Qwen-like checkpoint fine-tuned ~10 s to answer in '#### n<|im_end|>' turns."""
+    return build_qwen_like(tmp_path_factory.mktemp("qwen-trained"), train_steps=150)
+
+
+@pytest.fixture(scope="session")
+def llama_untrained(tmp_path_factory) -> Path:
+    """Random-weight Llama-like checkpoint whose tokenizer adds BOS and whose template writes it."""
+    return build_llama_like(tmp_path_factory.mktemp("llama-untrained"))
