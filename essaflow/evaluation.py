@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -11,8 +12,10 @@ from pydantic import Field, field_validator, model_validator
 
 from essaflow.config_base import StrictConfig, trajectory
 from essaflow.data.schema import Problem
-from essaflow.rewards import AUTO_REWARD, REWARDS, get_reward
+from essaflow.rewards import AUTO_REWARD, REWARDS, get_reward, resolve_reward
 from essaflow.sampling import Generator, Samples, SamplingConfig, sample_completions, warn_if_truncated
+
+log = logging.getLogger(__name__)
 
 
 class EvalConfig(StrictConfig):
@@ -139,6 +142,15 @@ def _sample_rows(
     return rows
 
 
+def _standalone_reward(name: str) -> str:
+    """eval.reward, with auto left unresolved (an EvalConfig used without a pipeline config, so without data to
+    follow) read as exact_match, the reward of the default synthetic data."""
+    if name != AUTO_REWARD:
+        return name
+    log.info("eval.reward=auto outside a pipeline config: exact_match (set eval.reward to judge other data)")
+    return resolve_reward(name, "synthetic", "plain")
+
+
 def evaluate(
     generator: Generator, problems: list[Problem], eval_cfg: EvalConfig, sampling: SamplingConfig
 ) -> EvalReport:
@@ -150,7 +162,7 @@ def evaluate(
         problems = problems[: eval_cfg.max_problems]
     n, cap = eval_cfg.samples_per_problem, sampling.max_new_tokens
     prompts, answers = [p.prompt for p in problems], [p.answer for p in problems]
-    reward = get_reward(eval_cfg.reward)
+    reward = get_reward(_standalone_reward(eval_cfg.reward))
     start = time.perf_counter()
     greedy = sample_completions(generator, prompts, n=1, temperature=0.0, max_new_tokens=cap)
     g_scores = [reward(o[0], a) for o, a in zip(greedy.texts, answers)]
