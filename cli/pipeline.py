@@ -142,6 +142,7 @@ def eval_(
         {
             "model": f"{model}@{alias}",
             "pass_at_k": ref.summary,
+            "truncated_share": ref.truncated_share,
             "report_uri": ref.uri,
             "wall_s": round(time.perf_counter() - start, 2),
         }

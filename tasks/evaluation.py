@@ -25,7 +25,8 @@ def _protocol(eval_cfg: EvalConfig, sampling: SamplingConfig) -> dict:
 
 
 def _table(ref: EvalRef) -> list[dict]:
-    return [{"metric": k, "value": round(v, 4)} for k, v in ref.summary.items()]
+    rows = [{"metric": k, "value": round(v, 4)} for k, v in ref.summary.items()]
+    return [*rows, {"metric": "truncated_share", "value": round(ref.truncated_share, 4)}]
 
 
 @task(

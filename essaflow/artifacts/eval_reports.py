@@ -35,6 +35,7 @@ def publish_eval(store: ArtifactStore, run: RunRef, label: str, report: EvalRepo
         summary=report.summary(),
         num_problems=report.num_problems,
         samples_per_problem=report.samples_per_problem,
+        truncated_share=report.truncated_share,
     )
 
 
