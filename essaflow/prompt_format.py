@@ -124,6 +124,9 @@ def target_ids(tokenizer: Any, prompt: str, target: str, fmt: PromptFormat, stop
             if ends:
                 return list(ids[: ends[0] + 1])
             return [*ids, eos]
+        # a template whose full conversation does not extend its generation prompt (e.g. one that rewrites past
+        # turns): the target, closed by the first stop id (generation_config's end of turn)
+        return [*tokenizer(target, add_special_tokens=False)["input_ids"], stop[0] if stop else eos]
     return [*tokenizer(target, add_special_tokens=False)["input_ids"], eos]
 
 
