@@ -1,0 +1,150 @@
+"""Dress rehearsals of the paper recipes in configs/: `essaflow run <recipe>` end to end (Prefect's temporary API,
+sqlite MLflow, file:// storage), each with its model swapped for a small locally built Qwen2-architecture
+checkpoint (byte-level BPE tokenizer trained by `tokenizers`, Qwen-style chat template, generation_config ending
+turns at <|im_end|>) and its data for a small file in the recipe's own format.
+
+Only what a CPU needs is overridden, and every override is listed in CPU_ONLY / tiny_budgets below: the device
+(cpu, float32, transformers instead of vLLM, no GPUs for the workers, one Ray worker or rank), and budgets (steps,
+population, minibatch, samples, tokens, eval size). Everything else (LoRA rank, alpha, CMA-ES, N = 8, 4
+mini-batches, full-parameter F-GRPO, the system prompt, chat template, SFT target, reward, data adapter and
+columns) is the recipe's own, so a run here exercises the same code paths a GPU run of the recipe takes. Each test
+prints its wall time (pytest -s shows it) and records it as a junit property.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support.paper_formats import write_deepscaler, write_gsm8k, write_math
+from tests.support.real_checkpoints import build_qwen_like
+
+pytestmark = pytest.mark.e2e
+REPO = Path(__file__).resolve().parents[2]
+CONFIGS = REPO / "configs"
+
+#: what a machine without a GPU needs, whatever the recipe
+CPU_ONLY = [
+    "model.device=cpu",
+    "model.dtype=float32",
+    "sampling.backend=transformers",
+]
+#: budgets shared by every rehearsal: a few problems, a few samples, short completions
+SMALL = [
+    "data.eval_size=8",
+    "eval.samples_per_problem=4",
+    "eval.ks=[1,2,4]",
+    "sampling.max_new_tokens=32",
+]
+ESSA_CPU = [
+    "essa.workers.count=1",  # the recipe's 8 GPU workers -> one CPU worker (still a Ray actor)
+    "essa.workers.gpus=0",
+    "essa.workers.cpus=0.5",
+    "essa.population=4",
+    "essa.minibatch=4",
+    "essa.generations=2",
+    "essa.eval_every=1",
+    "essa.checkpoint_every=1",
+    "sft.steps=4",
+]
+GRPO_CPU = [
+    "grpo.device=cpu",
+    "grpo.workers.count=1",  # the recipe's 16 GPU ranks -> one in-process rank
+    "grpo.prompts_per_step=4",  # one prompt group per mini-batch: the recipe's 4 mini-batches and N = 8 stay
+    "grpo.steps=2",
+    "grpo.max_new_tokens=32",
+    "grpo.eval_every=1",
+    "grpo.checkpoint_every=1",
+]
+
+
+@pytest.fixture(scope="module")
+def qwen_checkpoint(tmp_path_factory) -> Path:
+    """Qwen2-architecture checkpoint, fine-tuned a few seconds so it ends its turns with <|im_end|>."""
+    return build_qwen_like(tmp_path_factory.mktemp("qwen-rehearsal"), train_steps=60)
+
+
+def essaflow(workdir: Path, *args: str) -> tuple[dict, float]:
+    """One `essaflow` command in workdir (its own Prefect home, MLflow file and store); its JSON line, wall time."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MLFLOW_", "AWS_", "ESSAFLOW_S"))}
+    env.update({"PREFECT_HOME": str(workdir / "prefect-home"), "ESSAFLOW_CACHE_DIR": os.environ["ESSAFLOW_CACHE_DIR"]})
+    start = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", "cli.main", *args], cwd=workdir, env=env, capture_output=True, text=True, timeout=600
+    )
+    wall = time.perf_counter() - start
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1]), wall
+
+
+def rehearse(workdir: Path, recipe: str, overrides: list[str], record_property) -> tuple[dict, float]:
+    sets = [arg for o in overrides for arg in ("--set", o)]
+    out, wall = essaflow(workdir, "run", str(CONFIGS / recipe), "--no-progress", *sets)
+    shares = truncation_shares(workdir, out["run_id"])
+    print(f"\nrehearsal {recipe}: {wall:.1f} s wall (flow {out.get('flow_s')} s, stages {out['stages']}); "
+          f"truncated shares {shares}")  # fmt: skip
+    record_property(f"rehearsal_wall_s[{recipe}]", round(wall, 1))
+    record_property(f"truncated_share[{recipe}]", json.dumps(shares))
+    return out, wall
+
+
+def truncation_shares(workdir: Path, run_id: str) -> dict[str, float]:
+    """Share of sampled completions that hit max_new_tokens, before and after training (the eval reports)."""
+    shares = {}
+    for stage in ("base", "tuned"):
+        report = json.loads((workdir / ".essaflow/store/runs" / run_id / "eval" / stage / "passk.json").read_text())
+        shares[stage] = report["truncated_share"]
+    return shares
+
+
+def assert_the_pipeline_ran(out: dict, recipe_name: str, steps: int) -> None:
+    assert out["model_name"] == recipe_name and out["model_version"] == "1"
+    assert {"prepare_dataset", "evaluate-base", "warm_start", "train", "evaluate-tuned", "register"} <= set(
+        out["stages"]
+    )
+    assert out["training"]["steps"] == steps
+    assert set(out["after"]) == {"greedy", "pass@1", "pass@2", "pass@4"}
+
+
+def assert_turns_end_at_im_end(workdir: Path, run_id: str) -> None:
+    """The checkpoint ends its turns with <|im_end|>, which only its generation_config names as EOS: most
+    completions must stop before the cap, through the recipe's chat template and system prompt."""
+    shares = truncation_shares(workdir, run_id)
+    assert all(0.0 <= v < 0.5 for v in shares.values()), shares
+
+
+def test_essa_qwen25_7b_gsm8k_rehearsal(tmp_path, qwen_checkpoint, record_property):
+    data = write_gsm8k(tmp_path / "gsm8k.jsonl", 80)
+    model = [f"model.name_or_path={qwen_checkpoint}", "data.source=file", f"data.path={data}"]
+    out, _ = rehearse(tmp_path, "essa-qwen2.5-7b-gsm8k.yaml", model + CPU_ONLY + SMALL + ESSA_CPU, record_property)
+    assert_the_pipeline_ran(out, "essa-qwen2.5-7b-gsm8k", steps=2)
+    assert_turns_end_at_im_end(tmp_path, out["run_id"])
+    assert out["training"]["method_label"] == "ESSA(cma, accuracy)"  # the recipe's CMA-ES on the task reward
+    # the README's third command: the champion again, on the dataset and protocol its tags recorded (no config)
+    again, wall = essaflow(tmp_path, "eval", "--model", "essa-qwen2.5-7b-gsm8k", "--alias", "champion")
+    print(f"eval of the registered champion: {wall:.1f} s wall, {again['pass_at_k']}")
+    assert set(again["pass_at_k"]) == set(out["after"]) and 0.0 <= again["truncated_share"] < 0.5
+
+
+def test_essa_qwen25_math_7b_math_rehearsal(tmp_path, qwen_checkpoint, record_property):
+    data = write_math(tmp_path / "prm800k-math-train.jsonl", 80)
+    model = [f"model.name_or_path={qwen_checkpoint}", f"data.path={data}"]  # the recipe reads a file already
+    out, _ = rehearse(tmp_path, "essa-qwen2.5-math-7b-math.yaml", model + CPU_ONLY + SMALL + ESSA_CPU, record_property)
+    assert_the_pipeline_ran(out, "essa-qwen2.5-math-7b-math", steps=2)
+    assert_turns_end_at_im_end(tmp_path, out["run_id"])
+
+
+def test_fgrpo_qwen25_7b_deepscaler_rehearsal(tmp_path, qwen_checkpoint, record_property):
+    # 1,300 rows: the recipe's sft_fraction (0.0004, the no-op SFT) then still selects at least one problem
+    data = write_deepscaler(tmp_path / "deepscaler.json", 1300)
+    model = [f"model.name_or_path={qwen_checkpoint}", "data.source=file", f"data.path={data}"]
+    sets = model + CPU_ONLY + SMALL + GRPO_CPU
+    out, _ = rehearse(tmp_path, "fgrpo-qwen2.5-7b-deepscaler.yaml", sets, record_property)
+    assert_the_pipeline_ran(out, "fgrpo-qwen2.5-7b-deepscaler", steps=2)
+    assert_turns_end_at_im_end(tmp_path, out["run_id"])
