@@ -112,3 +112,28 @@ def test_fgrpo_reads_a_local_file_in_deepscalers_format(tmp_path):
     )
     assert result.exit_code == 0, result.output
     assert "300 problems" in result.output
+
+
+def test_fgrpo_recipes_sft_step_leaves_the_bf16_base_bit_identical(tmp_path):
+    """F-GRPO trains the base model (no SFT); the recipe's one SFT step at lr 1e-12 must change no weight once the
+    adapter is merged in bfloat16 (grpo.parameters=full trains the merged model)."""
+    import torch
+
+    from essaflow.config import load_config
+    from essaflow.data import read_problems
+    from essaflow.models import attach_lora, load_base_model, load_tokenizer
+    from essaflow.sft import train_sft
+    from tests.support.real_checkpoints import build_qwen_like
+
+    ckpt = build_qwen_like(tmp_path / "qwen")
+    data = write_deepscaler(tmp_path / "deepscaler.json", 40)
+    cfg = load_config(FGRPO, [f"model.name_or_path={ckpt}", "model.device=cpu", "data.source=file",
+                              f"data.path={data}"])  # fmt: skip
+    assert cfg.model.dtype == "bfloat16" and cfg.sft.steps == 1 and cfg.grpo.parameters == "full"
+    base = load_base_model(cfg.model)
+    before = {k: v.clone() for k, v in base.state_dict().items()}
+    model = attach_lora(base, cfg.model, seed=cfg.sft.seed)
+    train_sft(model, load_tokenizer(cfg.model), read_problems(cfg.data).problems[:16], cfg.sft,
+              fmt=cfg.data.prompt_format())  # fmt: skip
+    merged = model.merge_and_unload().state_dict()
+    assert [k for k, v in merged.items() if not torch.equal(v, before[k])] == []
