@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
+from safetensors.torch import load_file
 
 from tests.support.paper_formats import write_deepscaler, write_gsm8k, write_math
 from tests.support.real_checkpoints import build_qwen_like
@@ -56,8 +58,8 @@ ESSA_CPU = [
 GRPO_CPU = [
     "grpo.device=cpu",
     "grpo.workers.count=1",  # the recipe's 16 GPU ranks -> one in-process rank
-    "grpo.prompts_per_step=4",  # one prompt group per mini-batch: the recipe's 4 mini-batches and N = 8 stay
-    "grpo.steps=2",
+    "grpo.prompts_per_step=16",  # 4 prompt groups per mini-batch: the recipe's 4 mini-batches and N = 8 stay
+    "grpo.steps=3",
     "grpo.max_new_tokens=32",
     "grpo.eval_every=1",
     "grpo.checkpoint_every=1",
@@ -80,6 +82,9 @@ def essaflow(workdir: Path, *args: str) -> tuple[dict, float]:
     )
     wall = time.perf_counter() - start
     assert proc.returncode == 0, proc.stderr[-4000:]
+    for line in proc.stderr.splitlines():
+        if "Task run 'train' - train " in line:  # each step's reward, ties, loss: the rehearsal's training log
+            print(line.split(" - ", 1)[-1])
     return json.loads(proc.stdout.strip().splitlines()[-1]), wall
 
 
@@ -141,10 +146,17 @@ def test_essa_qwen25_math_7b_math_rehearsal(tmp_path, qwen_checkpoint, record_pr
 
 
 def test_fgrpo_qwen25_7b_deepscaler_rehearsal(tmp_path, qwen_checkpoint, record_property):
-    # 1,300 rows: the recipe's sft_fraction (0.0004, the no-op SFT) then still selects at least one problem
-    data = write_deepscaler(tmp_path / "deepscaler.json", 1300)
+    # 1,300 rows: the recipe's sft_fraction (0.0004, the no-op SFT) then still selects at least one problem; sums of
+    # 2..8, so that a few of the barely trained model's rollouts are right (~2%: over 3 steps x 128 rollouts some
+    # groups mix right and wrong answers, so the focal-weighted advantages are not all zero)
+    data = write_deepscaler(tmp_path / "deepscaler.json", 1300, high=4)
     model = [f"model.name_or_path={qwen_checkpoint}", "data.source=file", f"data.path={data}"]
     sets = model + CPU_ONLY + SMALL + GRPO_CPU
     out, _ = rehearse(tmp_path, "fgrpo-qwen2.5-7b-deepscaler.yaml", sets, record_property)
-    assert_the_pipeline_ran(out, "fgrpo-qwen2.5-7b-deepscaler", steps=2)
+    assert_the_pipeline_ran(out, "fgrpo-qwen2.5-7b-deepscaler", steps=3)
     assert_turns_end_at_im_end(tmp_path, out["run_id"])
+    # grpo.parameters=full (the recipe's): the result is a whole checkpoint, and every weight moved at lr 1e-6
+    trained = load_file(tmp_path / ".essaflow/store/runs" / out["run_id"] / "model" / "model.safetensors")
+    base = load_file(qwen_checkpoint / "model.safetensors")
+    assert trained.keys() == base.keys()
+    assert [name for name in base if torch.equal(base[name], trained[name])] == []

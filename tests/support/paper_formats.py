@@ -17,9 +17,9 @@ import random
 from pathlib import Path
 
 
-def _pairs(n: int, seed: int) -> list[tuple[int, int]]:
+def _pairs(n: int, seed: int, high: int = 60) -> list[tuple[int, int]]:
     rng = random.Random(seed)
-    return [(rng.randint(1, 60), rng.randint(1, 40)) for _ in range(n)]
+    return [(rng.randint(1, high), rng.randint(1, high)) for _ in range(n)]
 
 
 def write_gsm8k(path: Path, n: int, seed: int = 0) -> Path:
@@ -50,14 +50,16 @@ def write_math(path: Path, n: int, seed: int = 0) -> Path:
     return path
 
 
-def write_deepscaler(path: Path, n: int, seed: int = 0) -> Path:
+def write_deepscaler(path: Path, n: int, seed: int = 0, high: int = 60) -> Path:
+    """`high`: the largest operand. Small sums (high=4: 2..8) let a barely trained model hit some answers by chance,
+    so rollout groups mix right and wrong answers and policy updates have non-zero advantages."""
     rows = [
         {
-            "problem": f"Compute ${a} + {b}$.",
+            "problem": f"Tom has {a} apples and buys {b} more. How many apples does he have? (#{i})",
             "answer": str(a + b),
             "solution": f"We have ${a} + {b} = {a + b}$. The answer is $\\boxed{{{a + b}}}$.",
         }
-        for a, b in _pairs(n, seed)
+        for i, (a, b) in enumerate(_pairs(n, seed, high))
     ]
     path.write_text(json.dumps(rows, indent=1))
     return path
