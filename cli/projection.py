@@ -50,34 +50,25 @@ def project_scaling(
     The paper preset (Qwen2.5-32B, H100, ESSA-v3 Fig. 3) is calibrated on the paper's times; --from-run uses the
     costs an ESSA and a GRPO run measured. Prints tables, then one JSON line with a `projection` object.
     """
-    from essaflow.projection import ProjectionError, summary, table
-    from essaflow.projection_paper import PAPER_SPEEDUPS, PaperSettings, paper_projection, physical_only_projection
-    from essaflow.projection_runs import read_runs, run_projection
+    from essaflow.projection import ProjectionError, table
+    from essaflow.projection_paper import PaperSettings, paper_projection, paper_summary, physical_only_projection
+    from essaflow.projection_runs import read_runs, run_projection, run_summary
 
     counts = _gpu_counts(gpus)
     try:
         settings = replace(
             PaperSettings(), bandwidth=bandwidth_gbs * 1e9, grad_bytes=grad_bytes, adapt=adapt, lora_rank=lora_rank
         )
-        paper_p, physical = paper_projection(settings), physical_only_projection(settings)
-        out = {
-            "label": LABEL,
-            "paper": {
-                **summary(paper_p),
-                "reported": {"speedup_16": PAPER_SPEEDUPS[16][0], "speedup_128": list(PAPER_SPEEDUPS[128])},
-                "physical_only": summary(physical),
-                "inputs": paper_p.notes,
-            },
-        }
+        out = {"label": LABEL, "paper": paper_summary(settings)}
         if paper or not from_run:
-            typer.echo(
-                table(paper_p, counts, f"{LABEL}\nESSA-v3 Fig. 3 settings (Qwen2.5-32B, H100), calibrated on Fig. 3:")
-            )
-            typer.echo(table(physical, counts, "\nthe same without the calibrated GRPO overhead (App. B as written):"))
+            title = f"{LABEL}\nESSA-v3 Fig. 3 settings (Qwen2.5-32B, H100), calibrated on Fig. 3:"
+            typer.echo(table(paper_projection(settings), counts, title))
+            title = "\nthe same without the calibrated GRPO overhead (App. B as written):"
+            typer.echo(table(physical_only_projection(settings), counts, title))
         if from_run:
             run_p = run_projection(read_runs(from_run), bandwidth_gbs * 1e9, target)
             typer.echo(table(run_p, counts, f"\n{LABEL}\nthe runs' own measured costs:"))
-            out["run"] = {**summary(run_p), "inputs": run_p.notes}
+            out["run"] = run_summary(run_p)
     except ProjectionError as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None

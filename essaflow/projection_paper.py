@@ -22,6 +22,7 @@ from essaflow.projection import (
     calibrate_grad,
     grad_iteration_s,
     ring_allreduce_s,
+    summary,
 )
 
 #: ESSA-v3 sec. 4.2, Fig. 3: minutes to 0.835 accuracy. ESSA at 128 is "under 20"; it is a check, not an input.
@@ -218,3 +219,15 @@ def physical_only_projection(s: PaperSettings | None = None) -> Projection:
     grad_iterations = PAPER_MINUTES["grpo"][16] * 60.0 / grad_iteration_s(grad, 16, s.bandwidth)
     essa_iterations = calibrate_essa(essa, s.bandwidth, 16, PAPER_MINUTES["essa"][16])
     return Projection(grad, essa, s.bandwidth, grad_iterations, essa_iterations, {"calibrated": "16 GPUs only"})
+
+
+def paper_summary(s: PaperSettings | None = None) -> dict:
+    """The paper preset's figures for a JSON line: speed-ups, the paper's own, App. B without overhead, inputs."""
+    s = s or PaperSettings()
+    p = paper_projection(s)
+    return {
+        **summary(p),
+        "reported": {"speedup_16": PAPER_SPEEDUPS[16][0], "speedup_128": list(PAPER_SPEEDUPS[128])},
+        "physical_only": summary(physical_only_projection(s)),
+        "inputs": p.notes,
+    }

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from essaflow.projection import EssaIteration, GradIteration, Projection, ProjectionError
+from essaflow.projection import EssaIteration, GradIteration, Projection, ProjectionError, summary
 
 
 @dataclass(frozen=True)
@@ -169,3 +169,8 @@ def run_projection(runs: dict[str, RunMetrics], bandwidth: float, target: float 
     notes["iterations_to_target"] = {"essa": k_essa, "grpo": k_grad}
     per_sequence = "minibatch" in runs["essa"].settings
     return Projection(grad, essa, bandwidth, k_grad, k_essa, notes, per_sequence=per_sequence)
+
+
+def run_summary(p: Projection) -> dict[str, Any]:
+    """A run projection's figures for a JSON line."""
+    return {**summary(p), "inputs": p.notes}
