@@ -162,7 +162,8 @@ def essa_iteration_faster(g: GradIteration, e: EssaIteration, gpus: int, bandwid
 
 
 def theorem_b2_holds(g: GradIteration, e: EssaIteration, gpus: int, bandwidth: float) -> bool:
-    """Theorem B.2's sufficient condition for ESSA's iteration to be faster (ESSA-v3 App. B)."""
+    """Theorem B.2's sufficient condition for ESSA's iteration to be faster (ESSA-v3 App. B); like App. B it takes
+    one per-sequence generation cost for both methods, GRPO's eta_gen."""
     gpus = _gpus(gpus)
     _positive("bandwidth", bandwidth)
     rhs = g.batch * (g.eta_fb / (gpus * g.eta_gen) + 1) + (gpus - 1) * g.trainable_bytes / (
@@ -181,10 +182,15 @@ class ProjectionRow:
     """Both methods on G GPUs: iteration seconds and, when iteration counts are known, time to the target."""
 
     gpus: int
+    """G."""
     grad_iteration_s: float
+    """T_grad: one gradient iteration at theta*, all-reduces and overhead included."""
     essa_iteration_s: float
+    """T_essa: one ESSA generation."""
     grad_to_target_s: float | None = None
+    """Gradient iterations to target x T_grad."""
     essa_to_target_s: float | None = None
+    """ESSA generations to target x T_essa."""
 
     @property
     def iteration_speedup(self) -> float:
