@@ -53,3 +53,6 @@ class TrainResult:
     worker_failures: int = 0
     """Workers lost during this call (ESSA: actor deaths, their candidates re-dispatched; GRPO: Ray Train
     worker-group restarts, each resumed from the latest checkpoint)."""
+    truncated_share: float | None = None
+    """Share of the rollout completions that hit the length cap, over this call's steps (GRPO; None for ESSA,
+    whose fitness decodes are reported by the held-out evaluation)."""

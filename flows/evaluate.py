@@ -48,7 +48,8 @@ def evaluate_model(params: EvaluateParams = EvaluateParams()) -> EvalRef:
     )
     run = open_run(config)
     dataset = prepare_dataset(params.data, run.storage_uri)
-    report = evaluate_registered(params.model_name, params.alias, dataset, params.eval, params.sampling, run)
+    # config.eval: eval.reward=auto resolved from the data (the pipeline config does it)
+    report = evaluate_registered(params.model_name, params.alias, dataset, config.eval, params.sampling, run)
     tracking.finish_run(tracked(run))
     return report
 

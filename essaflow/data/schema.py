@@ -22,10 +22,16 @@ class Problem(BaseModel):
     """Text given to the model."""
     answer: str
     """Reference answer the reward compares against."""
+    solution: str | None = None
+    """The source's worked solution when it has one (GSM8K's answer text, MATH's solution): what SFT trains on
+    with sft.target=solution. The reward still judges `answer`."""
     metadata: dict[str, Any] = {}
     """Free-form extras (source, difficulty, ...)."""
 
     def content_hash(self) -> str:
         """SHA-256 of the problem's content: the key for deterministic splits."""
-        blob = json.dumps([self.id, self.prompt, self.answer], ensure_ascii=False)
+        fields = [self.id, self.prompt, self.answer]
+        # the solution counts only when present, so problems without one keep their hash (and their split)
+        blob = json.dumps(fields if self.solution is None else [*fields, self.solution], ensure_ascii=False)
         return hashlib.sha256(blob.encode()).hexdigest()
+

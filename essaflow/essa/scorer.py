@@ -34,6 +34,7 @@ import torch
 from essaflow import cluster
 from essaflow.essa.replica import ReplicaState, Reply, StrategyReplica, encode_fitness
 from essaflow.models import ModelConfig
+from essaflow.prompt_format import PromptFormat, prompt_ids, target_ids
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,8 @@ class ScoringSpec:
     """The search parameterisation (SVDLoRA offsets: additive or relative)."""
     merged: bool = True
     """Score with B'A' merged into the base weights and the LoRA path off (same function, fewer ops)."""
+    prompt_format: dict[str, Any] = field(default_factory=dict)
+    """data.prompt_format() as a dict: the chat template and system prompt every prompt is rendered with."""
     adapter_files: dict[str, bytes] = field(default_factory=dict)
     """The adapter's files (relative path -> bytes: safetensors, JSON, tokenizer): a worker on a node that does not
     see adapter_dir writes them to a private temporary directory, so ESSA needs no disk shared with the driver."""
@@ -100,7 +103,7 @@ class CandidateScorer:
             log.info("model.quantization=%s: scoring on the LoRA path (an int8/int4 base weight cannot hold "
                      "W0 + scaling B'A'; essa.merged_scoring ignored)", model_cfg.quantization)  # fmt: skip
         self.svd = SVDLoRA(model, spec.alpha, nonnegative=spec.nonnegative, offsets=spec.offsets)
-        self.generator = TransformersGenerator(model, tok, spec.batch_size)
+        self.generator = TransformersGenerator(model, tok, spec.batch_size, PromptFormat(**spec.prompt_format))
         self.reward = get_reward(spec.reward)
         self._answer_ids: list[tuple[list[int], list[int]]] | None = None
         # (LoRA layer, its base weight W0) for merged scoring: W0 + scaling * B'A' is written per candidate.
@@ -168,9 +171,11 @@ class CandidateScorer:
         """Mean over the minibatch of P_T(reference answer + EOS | prompt), teacher forced, one forward pass."""
         tok = self.generator.tokenizer
         if self._answer_ids is None:  # tokenized once: per-call tokenization would cost more than the forward
-            enc_p = tok(self.spec.prompts, add_special_tokens=False)["input_ids"]
-            enc_a = tok(self.spec.answers, add_special_tokens=False)["input_ids"]
-            self._answer_ids = [(p, a + [tok.eos_token_id]) for p, a in zip(enc_p, enc_a)]
+            # the prompt as generation feeds it, the answer closed as SFT closes it (prompt_format)
+            fmt, stop = self.generator.fmt, self.generator.stop
+            enc_p = prompt_ids(tok, self.spec.prompts, fmt)
+            enc_a = [target_ids(tok, p, a, fmt, stop) for p, a in zip(self.spec.prompts, self.spec.answers)]
+            self._answer_ids = list(zip(enc_p, enc_a))
         rows = [self._answer_ids[i] for i in prompt_idx]
         width = max(len(p) + len(a) for p, a in rows)
         ids = torch.full((len(rows), width), tok.pad_token_id, dtype=torch.long)

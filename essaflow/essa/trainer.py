@@ -69,6 +69,7 @@ def scoring_spec(cfg: PipelineConfig, splits: Splits, sft_adapter: Path, ship_ad
         fitness_samples=e.fitness_samples,
         offsets=e.offsets,
         merged=e.merged_scoring,
+        prompt_format=cfg.data.prompt_format().to_dict(),  # rendered by the scorer as SFT and evaluation render
         search=e.model_dump(mode="json"),  # the workers' strategy replicas (essa.sync=seed)
         # workers on other machines rebuild the adapter from these (small: LoRA + tokenizer)
         adapter_files={str(p.relative_to(sft_adapter)): p.read_bytes() for p in files},
@@ -178,7 +179,7 @@ class Search:
         e = cfg.essa
         model, tok = load_model_with_adapter(cfg.model, sft_adapter)
         svd = SVDLoRA(model, e.alpha, nonnegative=e.nonnegative, offsets=e.offsets)
-        evaluator = TransformersGenerator(model, tok, cfg.sampling.batch_size)
+        evaluator = TransformersGenerator(model, tok, cfg.sampling.batch_size, cfg.data.prompt_format())
         strategy = make_strategy(e, svd.dimension)
         sampler = MinibatchSampler(len(splits.train), e.minibatch, e.seed)
         return cls(cfg, splits, svd, tok, evaluator, strategy, sampler)

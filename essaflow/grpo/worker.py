@@ -169,7 +169,10 @@ class Learner:
         """One rollout step: rollout (+ advantages) -> loss -> optimiser step -> the step's global metrics."""
         g, t0 = self.cfg.grpo, time.perf_counter()
         self.comm.grad = self.comm.aux = 0
-        batch = collect(self.model, self.tokenizer, train, slots, step, g, self.cfg.eval.reward, self.max_new_tokens)
+        batch = collect(
+            self.model, self.tokenizer, train, slots, step, g, self.cfg.eval.reward, self.max_new_tokens,
+            self.cfg.data.prompt_format(),
+        )  # fmt: skip
         if self.ref_model is not None:
             with torch.no_grad():
                 batch.ref_logp = token_logprobs(
@@ -188,7 +191,9 @@ class Learner:
         return metrics
 
     def held_out(self, problems: list[Problem]) -> float:
-        gen = TransformersGenerator(self.model, self.tokenizer, self.cfg.sampling.batch_size)
+        gen = TransformersGenerator(
+            self.model, self.tokenizer, self.cfg.sampling.batch_size, self.cfg.data.prompt_format()
+        )
         return greedy_accuracy(gen, problems, self.max_new_tokens, self.cfg.eval.reward)
 
     def save_checkpoint(self, root: Path, done: int, state: dict[str, Any]) -> Path | None:
