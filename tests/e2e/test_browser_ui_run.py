@@ -118,6 +118,7 @@ def test_a_custom_run_started_from_the_form_completes_with_the_changed_field(pre
     env, tmp = deployed
     t0 = time.monotonic()
     opts = {"ui": prefect_server.url, "deployment": "finetune-essa", "label": "generations", "value": 3}
+    opts["sections"] = ["data", "model", "essa", "grpo", "DataConfig", "ESSAConfig", "GRPOConfig"]
     ui = _browser("run", {**opts, "artifacts": str(artifacts)})
     assert ui.returncode == 0, f"browser: {ui.stderr[-3000:]}"
     created = json.loads(ui.stdout.strip().splitlines()[-1])
@@ -125,6 +126,9 @@ def test_a_custom_run_started_from_the_form_completes_with_the_changed_field(pre
     print(f"browser: run {flow_run_id} created in {time.monotonic() - t0:.1f}s; screenshots: {created['screenshots']}")
     try:
         assert created["before"] == "2"  # the form showed the deployment's preset, not the library's 60
+        # sections titled by key, the ESSA deployment's form without F-GRPO's section
+        shown = created["sections"]
+        assert shown == {**dict.fromkeys(["data", "model", "essa"], 1), **dict.fromkeys(opts["sections"][3:], 0)}
         log = tmp / "worker.log"
         with open(log, "w") as f:
             worker = subprocess.run(

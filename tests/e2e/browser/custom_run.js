@@ -2,7 +2,8 @@
 // page to the deployment, Run -> Custom run, one field of the form changed, Submit. Prints one JSON line: the flow
 // run the UI created, the field's value before the change, the screenshots taken.
 //
-//   node custom_run.js run  '{"ui": URL, "deployment": NAME, "label": FIELD, "value": V, "artifacts": DIR}'
+//   node custom_run.js run  '{"ui": URL, "deployment": NAME, "label": FIELD, "value": V, "artifacts": DIR,
+//                             "sections": [TITLE, ...]}'   (how often the form shows each title, reported back)
 //   node custom_run.js shot '{"url": URL, "path": PNG}'      (the test's screenshot of a page when a later check fails)
 //
 // On failure it saves a screenshot of the page as it was and prints its path on stderr, then exits 1.
@@ -48,6 +49,11 @@ async function customRun(opts) {
     const field = page.getByLabel(`${opts.label} (Optional)`, { exact: true });
     await field.waitFor();
     const before = await field.inputValue();
+    // what a person sees of the form: which section titles it shows (for the test to check the form's shape)
+    const labels = {};
+    for (const title of opts.sections || []) {
+      labels[title] = await page.getByText(`${title} (Optional)`, { exact: true }).count();
+    }
     step = `set "${opts.label}" to ${opts.value}`;
     await field.fill(String(opts.value));
     await shot("custom-run-form");
@@ -58,7 +64,7 @@ async function customRun(opts) {
     await page.waitForURL(/\/runs\/flow-run\/[0-9a-f-]{36}/);
     const flowRunId = page.url().match(/flow-run\/([0-9a-f-]{36})/)[1];
     await shot("flow-run-created");
-    console.log(JSON.stringify({ flow_run_id: flowRunId, before, url: page.url(), screenshots: shots }));
+    console.log(JSON.stringify({ flow_run_id: flowRunId, before, sections: labels, url: page.url(), screenshots: shots }));
   } catch (err) {
     const file = path.join(opts.artifacts, "failed.png");
     await page.screenshot({ path: file, fullPage: true }).catch(() => {});
