@@ -91,3 +91,11 @@ def test_merge_tree_merges_mappings_and_replaces_everything_else():
     base = {"a": {"b": 1, "c": [1, 2]}, "d": 1}
     assert merge_tree(base, {"a": {"c": [3]}, "e": None}) == {"a": {"b": 1, "c": [3]}, "d": 1, "e": None}
     assert base == {"a": {"b": 1, "c": [1, 2]}, "d": 1}  # not modified
+
+
+def test_presets_dir_setting_moves_where_the_defaults_come_from(tmp_path, monkeypatch):
+    from flows.parameters import preset_tree
+
+    (tmp_path / "tiny-essa.yaml").write_text(yaml.safe_dump(merge_tree(preset_tree("tiny-essa"), {"seed": 7})))
+    monkeypatch.setenv("ESSAFLOW_PRESETS_DIR", str(tmp_path))
+    assert ESSAPipelineConfig().seed == 7 and ESSAPipelineConfig(seed=3).seed == 3
