@@ -13,7 +13,7 @@ import yaml
 from prefect.flows import load_flow_from_entrypoint
 from prefect.utilities.callables import parameter_schema
 
-from essaflow.config import load_config
+from essaflow.config import PipelineConfig, load_config
 from flows.parameters import ESSAPipelineConfig, FGRPOPipelineConfig, merge_tree
 
 REPO = Path(__file__).resolve().parents[2]
@@ -81,7 +81,9 @@ def test_evaluate_champion_scores_on_the_tiny_preset():
     flow = flow_of("evaluate-champion")
     params = default_of(flow, "params")
     assert params.model_name == tiny.name
-    assert (params.data, params.eval, params.sampling) == (tiny.data, tiny.eval, tiny.sampling)
+    # as the flow scores: through the pipeline config it builds (which resolves what the data decides)
+    built = PipelineConfig(name=params.model_name, data=params.data, eval=params.eval, sampling=params.sampling)
+    assert (built.data, built.eval, built.sampling) == (tiny.data, tiny.eval, tiny.sampling)
     assert type(params).model_validate(form_default(flow, "params")) == params
     changed = flow.validate_parameters({"params": {"eval": {"samples_per_problem": 8, "ks": [1, 8]}}})["params"]
     assert changed.data == tiny.data and changed.eval.ks == [1, 8]
