@@ -34,8 +34,8 @@ import torch
 from essaflow import cluster
 from essaflow.essa.replica import ReplicaState, Reply, StrategyReplica, encode_fitness
 from essaflow.models import ModelConfig
-from essaflow.usage import Usage, device_time
 from essaflow.prompt_format import PromptFormat, prompt_ids, target_ids
+from essaflow.usage import Usage, device_time
 
 log = logging.getLogger(__name__)
 
