@@ -184,7 +184,7 @@ class CandidateScorer:
         return float(np.mean([self.reward(text, a) for text, a in zip(r.texts, answers)]))
 
     @torch.no_grad()
-    def _answer_probability(self, prompt_idx: np.ndarray, usage: Usage) -> float:
+    def _answer_probability(self, prompt_idx: np.ndarray, usage: Usage | None = None) -> float:
         """Mean over the minibatch of P_T(reference answer + EOS | prompt), teacher forced, one forward pass."""
         tok = self.generator.tokenizer
         if self._answer_ids is None:  # tokenized once: per-call tokenization would cost more than the forward
@@ -204,7 +204,8 @@ class CandidateScorer:
             labels[r, len(p) : len(p) + len(a)] = torch.tensor(a)
         model = self.generator.model
         device = next(model.parameters()).device
-        usage.forward_tokens += int(mask.sum())
+        if usage is not None:
+            usage.forward_tokens += int(mask.sum())
         logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits[:, :-1].float()
         labels = labels[:, 1:].to(device)
         scored = labels != -100
