@@ -35,7 +35,7 @@ $(BROWSER_STAMP): $(BROWSER_DIR)/package.json $(BROWSER_DIR)/package-lock.json
 demo: $(STAMP)
 	$(BIN)/essaflow demo --method $(METHOD)
 
-test: $(STAMP)
+test: $(STAMP) browser
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 lint: $(STAMP)

@@ -2,8 +2,8 @@
 finetune-essa deployment, starts a Custom run with one field changed in the form, a `--run-once` process worker
 executes it, and the run completes with that value (and the preset's values for every field left alone).
 
-Needs Debian's chromium and the pinned playwright-core driver (`make browser`; .ci/run does it). Without them the
-test skips, unless ESSAFLOW_REQUIRE_BROWSER=1 (CI), where it fails. Screenshots: the form and the created run on
+Needs Debian's chromium and the pinned playwright-core driver (`make test` installs them first, through `make
+browser`); without them the test fails, naming what is missing. Screenshots: the form and the created run on
 every pass; on a failure, the page as it was, their paths printed. They go to ESSAFLOW_TEST_ARTIFACTS (default
 .essaflow/test-artifacts/browser/).
 
@@ -50,7 +50,7 @@ def _require_browser() -> None:
     missing += [] if shutil.which("node") else ["node"]
     if missing:
         why = f"browser test needs {', '.join(missing)}: run `make browser`"
-        pytest.fail(why) if os.environ.get("ESSAFLOW_REQUIRE_BROWSER") == "1" else pytest.skip(why)
+        pytest.fail(why)
 
 
 def _browser(mode: str, opts: dict, timeout: float = 300) -> subprocess.CompletedProcess:
