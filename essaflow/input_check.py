@@ -8,6 +8,7 @@ for its spelling only, and the report says so.
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,8 +29,33 @@ class InputReport:
 def check_inputs(cfg: PipelineConfig) -> InputReport:
     report = InputReport()
     _check_model(cfg.model.name_or_path, report)
+    _check_chat_template(cfg, report)
     _check_data(cfg, report)
     return report
+
+
+def _has_chat_template(checkpoint: Path) -> bool:
+    """Whether a local checkpoint's tokenizer carries a chat template (where transformers looks for one)."""
+    if (checkpoint / "chat_template.jinja").is_file() or (checkpoint / "chat_template.json").is_file():
+        return True
+    try:
+        return bool(json.loads((checkpoint / "tokenizer_config.json").read_text()).get("chat_template"))
+    except (OSError, ValueError):
+        return False
+
+
+def _check_chat_template(cfg: PipelineConfig, report: InputReport) -> None:
+    """data.chat_template=always needs a tokenizer with a template: say so now, not at the first prompt."""
+    from essaflow.models import BUILTIN_TINY
+
+    if cfg.data.chat_template != "always":
+        return
+    name = cfg.model.name_or_path
+    local = Path(name).expanduser()
+    if name == BUILTIN_TINY or (local.is_dir() and (local / "config.json").is_file() and not _has_chat_template(local)):
+        report.problems.append(
+            f"data.chat_template: 'always', but the tokenizer of {name} has no chat template (use auto or never)"
+        )
 
 
 def _looks_like_a_path(name: str) -> bool:

@@ -103,6 +103,7 @@ def run_training_job(cfg: PipelineConfig) -> dict[str, Any]:
         "steps": result.steps,
         "train_wall_s": result.wall_s,
         "bytes_per_update": round(result.bytes_per_update),
+        "usage": result.usage.as_row(),  # tokens and device-seconds of this call's training (essaflow/usage.py)
         "held_out_curve": [[m.get("generation", m.get("step")), round(m["eval_greedy"], 4)] for m in evals],
         "resumed_from": result.resumed_from,
         "output": trained.uri,

@@ -10,6 +10,7 @@ from prefect import flow
 
 from essaflow.config import PipelineConfig
 from essaflow.refs import PipelineResult
+from flows.parameters import ESSAPipelineConfig, FGRPOPipelineConfig
 from tasks.data import prepare_dataset
 from tasks.evaluation import evaluate
 from tasks.model import build_base_model
@@ -30,6 +31,30 @@ def finetune(config: PipelineConfig = PipelineConfig()) -> PipelineResult:
     after = evaluate(config, dataset, tuned, "tuned", run)
     model = register(config, dataset, base, tuned, before, after, run)
     return close_run(run, dataset, base, sft, tuned, before, after, model)
+
+
+# One flow per deployment (prefect.yaml), so each form holds only its method's settings and its preset's values;
+# the same flow name, so every run of the pipeline is a run of `finetune`. `.fn` runs the body, not a subflow.
+
+
+@flow(name="finetune", on_failure=[mark_failed], on_crashed=[mark_failed])
+def finetune_essa(config: ESSAPipelineConfig = ESSAPipelineConfig()) -> PipelineResult:
+    """The finetune pipeline with ESSA: SFT warm start, then a search over the SVD-LoRA singular values.
+
+    Args:
+        config: configs/tiny-essa.yaml; what you change overrides it, as `essaflow run --set` does.
+    """
+    return finetune.fn(config.pipeline())
+
+
+@flow(name="finetune", on_failure=[mark_failed], on_crashed=[mark_failed])
+def finetune_fgrpo(config: FGRPOPipelineConfig = FGRPOPipelineConfig()) -> PipelineResult:
+    """The finetune pipeline with F-GRPO: SFT warm start, then focal-weighted GRPO.
+
+    Args:
+        config: configs/tiny-fgrpo.yaml; what you change overrides it, as `essaflow run --set` does.
+    """
+    return finetune.fn(config.pipeline())
 
 
 if __name__ == "__main__":

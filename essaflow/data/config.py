@@ -96,7 +96,6 @@ class DataConfig(StrictConfig):
         if self.source != "synthetic" and not self.path:
             raise ValueError(f"data.path is required for data.source={self.source!r}")
         return self
-
     def prompt_format(self) -> PromptFormat:
         """How prompts are wrapped for the model: the one value SFT, scoring, rollouts and evaluation share."""
         return PromptFormat(chat_template=self.chat_template, system_prompt=self.system_prompt)

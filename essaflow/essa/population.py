@@ -4,8 +4,9 @@ Each scorer loads the base model, the SFT adapter and the frozen SVD bases once.
 only what changes. `essa.sync: seed` (default, the paper's scheme, ESSA-v3 App. A): each worker holds a replica of
 the strategy and the minibatch sampler (`replica.py`) and draws the generation's prompts, seed and candidates
 itself, so the driver makes one call per worker, `(generation, start, stop)` plus, on its first call of a
-generation, the previous generation's fitness (float32 bytes); a scorer answers (start, the share's float32 fitness,
-replica digest): a few hundred bytes a generation in all. `essa.sync: vectors`: each call carries one candidate's
+generation, the previous generation's fitness of the candidates it did not score (float32 bytes); a scorer answers
+(start, the share's float32 fitness, replica digest, its cost in tokens and device time): a few hundred bytes a
+generation in all. `essa.sync: vectors`: each call carries one candidate's
 offsets (float32), the prompt indices and the seed; a scorer answers (candidate index, fitness). No weights or
 gradients move (ARCHITECTURE.md "Distributed design").
 
@@ -46,6 +47,7 @@ import numpy as np
 from essaflow import cluster
 from essaflow.essa.replica import ReplicaTracker, decode_fitness
 from essaflow.essa.scorer import CandidateScorer, ScoringSpec, payload_bytes
+from essaflow.usage import Usage
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +73,15 @@ class GenerationStats:
     """The part of bytes_sent that those states took."""
     stale_answers: int = 0
     """Seed mode: answers dropped (and their candidates re-queued) because the replica disagreed with the driver."""
+    usage: Usage = field(default_factory=Usage)
+    """What the accepted scores cost (tokens, device-seconds), summed over workers."""
+    device_s_per_worker: list[float] = field(default_factory=list)
+    """Device-seconds each worker spent on accepted scores."""
+
+    def charge(self, w: int, cost: bytes) -> None:
+        usage = Usage.decode(cost)
+        self.usage.add(usage)
+        self.device_s_per_worker[w] += usage.device_s
 
     @property
     def bytes_total(self) -> int:
@@ -99,7 +110,7 @@ class LocalPopulation:
         """One fitness per candidate, in order (generation, strategy, sampler: the Ray pool's signature)."""
         del generation, strategy, sampler
         start = time.perf_counter()
-        stats = GenerationStats(per_worker=[0])
+        stats = GenerationStats(per_worker=[0], device_s_per_worker=[0.0])
         fitness = np.empty(len(candidates))
         for i, x in enumerate(candidates.astype(np.float32)):
             args = (i, x, prompt_idx, seed)
@@ -108,6 +119,7 @@ class LocalPopulation:
             stats.bytes_received += payload_bytes(reply)
             fitness[i] = reply[1]
             stats.per_worker[0] += 1
+            stats.charge(0, reply[2])
         stats.per_node = {self.node: len(candidates)}
         stats.wall_s = time.perf_counter() - start
         return fitness, stats
@@ -238,7 +250,7 @@ class RayPopulation:
         import ray
 
         start = time.perf_counter()
-        stats = GenerationStats(per_worker=[0] * len(self.actors))
+        stats = GenerationStats(per_worker=[0] * len(self.actors), device_s_per_worker=[0.0] * len(self.actors))
         payload = candidates.astype(np.float32)
         prompt_idx = np.asarray(prompt_idx, dtype=np.int32)
         if self._replicas is not None:
@@ -340,10 +352,12 @@ class RayPopulation:
         if reply[0] != item.start:
             raise RuntimeError(f"worker {w} answered for candidate {reply[0]}, not {item.start}")
         if self._replicas is None:
+            stats.charge(w, reply[2])
             return np.array([reply[1]])
-        if not self._replicas.accept(w, epoch, reply):
+        if not self._replicas.accept(w, epoch, item, reply):
             stats.stale_answers += len(item)
             return None
+        stats.charge(w, reply[3])
         return decode_fitness(reply[1])
 
     def _check_rejoin(self, ref: Any, w: int) -> None:

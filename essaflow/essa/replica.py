@@ -5,9 +5,11 @@ The driver's strategy and minibatch sampler stay the authoritative copy (checkpo
 Each Ray worker builds the same strategy and the same sampler from the same seed and keeps its own generation
 counter, so it draws the generation's minibatch, its sampling seed and its candidates itself. Per generation and
 worker the driver makes one call, `(generation, start, stop)`: score the candidates start..stop-1 (the worker's
-share). The worker's first call of a generation also carries the previous generation's fitness vector (float32
-bytes): the replica applies the identical `tell`, then draws the next minibatch and `ask`s. The answer is
-`(start, the share's fitness as float32 bytes, replica digest)`. No vector and no prompt index travels.
+share). The worker's first call of a generation also carries the previous generation's fitness of the candidates
+it did not score itself (float32 bytes, in index order; it kept its own): the replica rebuilds the vector, applies
+the identical `tell`, then draws the next minibatch and `ask`s. The answer is `(start, the share's fitness as
+float32 bytes, replica digest, what scoring cost: essaflow.usage, 12 bytes)`. No vector and no prompt index
+travels.
 
 Agreement proof: `state_digest` of the replica, 8 bytes of sha256 over the mean, the generation's candidates,
 prompt indices and sampling seed (a different RNG, step size or covariance shows in the candidates, a different
@@ -37,8 +39,9 @@ from essaflow.essa.strategy import Strategy, make_strategy
 #: and restarts do not count: those are Ray's max_restarts to bound)
 MAX_RESYNCS_PER_GENERATION = 2
 
-Reply = tuple[int, bytes | None, bytes]
-"""A worker's answer to one share: (start, fitness as float32 bytes or None when it could not score, digest)."""
+Reply = tuple[int, bytes | None, bytes, bytes]
+"""A worker's answer to one share: (start, fitness as float32 bytes or None when it could not score, digest,
+usage)."""
 
 
 def encode_fitness(values: Any) -> bytes:
@@ -92,6 +95,7 @@ class StrategyReplica:
         self.seed = cfg.seed
         self.strategy = make_strategy(cfg, dimension)
         self.sampler = MinibatchSampler(train_size, cfg.minibatch, cfg.seed)
+        self.population = cfg.population
         self.generation = 0
         self._draw()
 
@@ -99,17 +103,31 @@ class StrategyReplica:
         """The generation's inputs, in the driver's order: minibatch, then candidates (separate RNGs)."""
         self.prompt_idx = self.sampler.next()
         self.candidates = self.strategy.ask()
+        self.own: dict[int, float] = {}  # this generation's fitness that this worker scored (not sent back to it)
 
     @property
     def sampling_seed(self) -> int:
         return generation_seed(self.seed, self.generation)
 
-    def advance(self, generation: int, fitness: bytes | None, state: ReplicaState | None) -> None:
-        """Bring the replica to `generation`: load the state, or tell the previous fitness and draw."""
+    def scored(self, indices: range, values: list[float]) -> None:
+        """Remember this worker's own fitnesses: the driver leaves them out of the next brief."""
+        self.own.update(zip(indices, values))
+
+    def advance(self, generation: int, others: bytes | None, state: ReplicaState | None) -> None:
+        """Bring the replica to `generation`: load the state, or tell the previous fitness (the others' plus its
+        own) and draw. A brief that does not fit what it scored leaves it behind, and the driver sends the state."""
         if state is not None:
             self.load(state)
-        elif fitness is not None and self.generation == generation - 1:
-            self.strategy.tell(self.candidates, decode_fitness(fitness))
+        elif others is not None and self.generation == generation - 1:
+            rest = decode_fitness(others)
+            if len(rest) + len(self.own) != self.population:
+                return
+            fitness = np.empty(self.population)
+            mine = np.zeros(self.population, dtype=bool)
+            mine[list(self.own)] = True
+            fitness[mine] = [self.own[i] for i in np.flatnonzero(mine)]
+            fitness[~mine] = rest
+            self.strategy.tell(self.candidates, fitness)
             self.generation += 1
             self._draw()
 
@@ -119,6 +137,7 @@ class StrategyReplica:
         self.sampler.load_state_dict(*state.part("sampler"))
         self.generation = state.generation
         self.candidates, self.prompt_idx = state.candidates.copy(), state.prompt_idx.copy()
+        self.own = {}
 
     def holds(self, generation: int) -> bool:
         """Whether this replica holds `generation`'s candidates (else it must not score)."""
@@ -141,7 +160,8 @@ class ReplicaTracker:
         self.held: list[int | None] = [0] * workers
         self.briefed: list[int | None] = [None] * workers
         self.epoch = [0] * workers
-        self.previous: tuple[int, bytes] | None = None  # the last finished generation's (number, fitness bytes)
+        self.previous: tuple[int, np.ndarray, list[list[int]]] | None = None
+        """The last finished generation: (number, fitness, the indices each worker scored and kept)."""
 
     def begin(self, generation: int, strategy: Strategy, sampler: MinibatchSampler, candidates, prompt_idx, seed):
         """A new generation, drawn by the driver's `strategy` and `sampler` (their digest is what answers show)."""
@@ -149,10 +169,12 @@ class ReplicaTracker:
         self._drawn = (strategy, sampler, candidates, prompt_idx)
         self.expected = state_digest(strategy.mean, candidates, prompt_idx, seed)
         self.disagreed = [0] * len(self.held)  # stale answers that triggered a resync, this generation
+        self.scored_by: list[list[int]] = [[] for _ in self.held]  # accepted indices per worker, this generation
         self._state: ReplicaState | None = None
 
     def brief(self, w: int) -> tuple[bytes | None, ReplicaState | None]:
-        """What w's next call carries besides its share: (previous fitness, state), both None once briefed."""
+        """What w's next call carries besides its share: (the previous fitness w did not score, state), both None
+        once briefed."""
         g = self.generation
         if self.briefed[w] == g:
             return None, None
@@ -161,16 +183,18 @@ class ReplicaTracker:
             return None, None
         if self.held[w] == g - 1 and self.previous is not None and self.previous[0] == g - 1:
             self.held[w] = g
-            return self.previous[1], None
+            _, fitness, scored_by = self.previous
+            return encode_fitness(np.delete(fitness, scored_by[w])), None
         if self._state is None:  # built once a generation, only when some worker needs it
             self._state = ReplicaState.of(*self._drawn[:2], g, *self._drawn[2:])
         self.held[w] = g
         return None, self._state
 
-    def accept(self, w: int, epoch: int, reply: Reply) -> bool:
+    def accept(self, w: int, epoch: int, share: range, reply: Reply) -> bool:
         """Whether an answer counts: scored, and by a replica in agreement. Else w gets the state next (once)."""
-        _, fitness, digest = reply
+        _, fitness, digest, _ = reply
         if fitness is not None and digest == self.expected:
+            self.scored_by[w].extend(share)
             return True
         if epoch == self.epoch[w]:  # the first stale answer since w's last state: send it the state again
             self.disagreed[w] += 1
@@ -185,5 +209,5 @@ class ReplicaTracker:
         self.epoch[w] += 1
 
     def finish(self, fitness: np.ndarray) -> None:
-        """The generation's fitness vector, every replica's next `tell` (sent as float32 bytes)."""
-        self.previous = (self.generation, encode_fitness(fitness))
+        """The generation's fitness vector, every replica's next `tell` (each is sent the part it did not score)."""
+        self.previous = (self.generation, np.asarray(fitness, dtype=np.float64), self.scored_by)

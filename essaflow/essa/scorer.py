@@ -35,6 +35,7 @@ from essaflow import cluster
 from essaflow.essa.replica import ReplicaState, Reply, StrategyReplica, encode_fitness
 from essaflow.models import ModelConfig
 from essaflow.prompt_format import PromptFormat, prompt_ids, target_ids
+from essaflow.usage import Usage, device_time
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +103,7 @@ class CandidateScorer:
         if spec.merged and not merged:  # docs/algorithms.md sec. 6.15
             log.info("model.quantization=%s: scoring on the LoRA path (an int8/int4 base weight cannot hold "
                      "W0 + scaling B'A'; essa.merged_scoring ignored)", model_cfg.quantization)  # fmt: skip
+        self.on_gpu = next(model.parameters()).device.type == "cuda"  # device_s: GPU wall time, else CPU time
         self.svd = SVDLoRA(model, spec.alpha, nonnegative=spec.nonnegative, offsets=spec.offsets)
         self.generator = TransformersGenerator(model, tok, spec.batch_size, PromptFormat(**spec.prompt_format))
         self.reward = get_reward(spec.reward)
@@ -113,61 +115,76 @@ class CandidateScorer:
         """The search dimension (the driver checks it matches its own) and the Ray node this scorer runs on."""
         return self.svd.dimension, cluster.node_id()
 
-    def score(self, index: int, offsets: np.ndarray, prompt_idx: np.ndarray, seed: int) -> tuple[int, float]:
-        """Fitness of one candidate on the minibatch (all b prompts in one batched call), rounded to float32: what
-        travels in seed mode, so every transport tells the strategy the same numbers."""
+    def score(self, index: int, offsets: np.ndarray, prompt_idx: np.ndarray, seed: int) -> tuple[int, float, bytes]:
+        """Fitness of one candidate on the minibatch (all b prompts in one batched call), rounded to float32 (what
+        travels in seed mode, so every transport tells the strategy the same numbers), and what it cost."""
+        usage = Usage()
+        with device_time(usage, self.on_gpu):
+            value = self._score(offsets, prompt_idx, seed, usage)
+        return index, value, usage.encode()
+
+    def _score(self, offsets: np.ndarray, prompt_idx: np.ndarray, seed: int, usage: Usage) -> float:
         self.svd.apply(offsets)
         if not self._merge:
-            return index, float(np.float32(self._fitness(prompt_idx, seed)))
+            return float(np.float32(self._fitness(prompt_idx, seed, usage)))
         with torch.no_grad():
             for module, w0 in self._merge:
                 module.base_layer.weight.copy_(w0 + module.get_delta_weight(self.svd.adapter_name))
         with self.generator.model.disable_adapter():  # plain linear layers: the LoRA path would add B'A' again
-            return index, float(np.float32(self._fitness(prompt_idx, seed)))
+            return float(np.float32(self._fitness(prompt_idx, seed, usage)))
 
     def score_share(
-        self, generation: int, start: int, stop: int, fitness: bytes | None = None, state: ReplicaState | None = None
+        self, generation: int, start: int, stop: int, others: bytes | None = None, state: ReplicaState | None = None
     ) -> Reply:
         """Seed mode: candidates start..stop-1 of `generation`, drawn by this worker's replica, and their fitness.
 
-        The worker's first call of a generation carries the previous generation's `fitness` (or, after a restart or
-        a disagreement, the driver's `state`; see `essaflow.essa.replica`). Answers (start, float32 fitness bytes,
-        replica digest); the fitness is None when the replica does not hold `generation` (a restart the driver has
-        not seen yet), and the driver then sends the state.
+        The worker's first call of a generation carries the previous generation's fitness of the candidates this
+        worker did not score (or, after a restart or a disagreement, the driver's `state`; see
+        `essaflow.essa.replica`). Answers (start, float32 fitness bytes, replica digest, usage); the fitness is
+        None when the replica does not hold `generation` (a restart the driver has not seen yet), and the driver
+        then sends the state.
         """
-        replica = self._sync_replica(generation, fitness, state)
+        replica = self._sync_replica(generation, others, state)
         if not replica.holds(generation):
-            return start, None, replica.digest()
+            return start, None, replica.digest(), b""
         x = replica.candidates.astype(np.float32)
         seed = replica.sampling_seed
-        values = [self.score(i, x[i], replica.prompt_idx, seed)[1] for i in range(start, stop)]
-        return start, encode_fitness(values), replica.digest()
+        values, usage = [], Usage()
+        for i in range(start, stop):
+            _, value, cost = self.score(i, x[i], replica.prompt_idx, seed)
+            values.append(value)
+            usage.add(Usage.decode(cost))
+        replica.scored(range(start, stop), values)
+        return start, encode_fitness(values), replica.digest(), usage.encode()
 
-    def _sync_replica(self, generation: int, fitness: bytes | None, state: ReplicaState | None) -> StrategyReplica:
+    def _sync_replica(self, generation: int, others: bytes | None, state: ReplicaState | None) -> StrategyReplica:
         """The replica, built on first use (not at load: vectors mode never needs it), brought to `generation`."""
         if getattr(self, "_replica", None) is None:
             if self.spec.search is None:
                 raise RuntimeError("essa.sync=seed needs ScoringSpec.search (the essa config) to build the replica")
             self._replica = StrategyReplica(self.spec.search, self.svd.dimension, len(self.spec.prompts))
-        self._replica.advance(generation, fitness, state)
+        self._replica.advance(generation, others, state)
         return self._replica
 
-    def _fitness(self, prompt_idx: np.ndarray, seed: int) -> float:
+    def _fitness(self, prompt_idx: np.ndarray, seed: int, usage: Usage) -> float:
         if self.spec.fitness in ("answer_probability", "answer_logprob"):
-            return self._answer_probability(prompt_idx)
-        outs = self.generator.generate(
-            [self.spec.prompts[i] for i in prompt_idx],
-            n=self.spec.fitness_samples,
+            return self._answer_probability(prompt_idx, usage)
+        m = self.spec.fitness_samples
+        r = self.generator.rollout(  # what generator.sample does, keeping the token counts
+            [self.spec.prompts[i] for i in prompt_idx for _ in range(m)],
             temperature=self.spec.temperature,
             top_p=self.spec.top_p,
             max_new_tokens=self.spec.max_new_tokens,
             seed=seed,
         )
-        rewards = [self.reward(text, self.spec.answers[i]) for o, i in zip(outs, prompt_idx) for text in o]
-        return float(np.mean(rewards))
+        generated = int(r.completion_mask.sum())
+        usage.generated_tokens += generated
+        usage.forward_tokens += int(r.prompt_mask.sum()) + generated
+        answers = [self.spec.answers[i] for i in prompt_idx for _ in range(m)]
+        return float(np.mean([self.reward(text, a) for text, a in zip(r.texts, answers)]))
 
     @torch.no_grad()
-    def _answer_probability(self, prompt_idx: np.ndarray) -> float:
+    def _answer_probability(self, prompt_idx: np.ndarray, usage: Usage | None = None) -> float:
         """Mean over the minibatch of P_T(reference answer + EOS | prompt), teacher forced, one forward pass."""
         tok = self.generator.tokenizer
         if self._answer_ids is None:  # tokenized once: per-call tokenization would cost more than the forward
@@ -187,6 +204,8 @@ class CandidateScorer:
             labels[r, len(p) : len(p) + len(a)] = torch.tensor(a)
         model = self.generator.model
         device = next(model.parameters()).device
+        if usage is not None:
+            usage.forward_tokens += int(mask.sum())
         logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits[:, :-1].float()
         labels = labels[:, 1:].to(device)
         scored = labels != -100

@@ -39,6 +39,7 @@ from essaflow.evaluation import greedy_accuracy
 from essaflow.models import load_model_with_adapter
 from essaflow.results import TrainCallbacks, TrainResult
 from essaflow.sampling import TransformersGenerator
+from essaflow.usage import Usage
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +119,11 @@ class GenerationMetrics:
     redispatched: int | None = None
     worker_failures: int | None = None
     resyncs: int | None = None
+    generated_tokens: int | None = None
+    forward_tokens: int | None = None
+    device_s: float | None = None
+    """Device-seconds of scoring summed over workers (CPU time on CPU, wall time on a GPU; essaflow/usage.py)."""
+    device_s_per_worker: list[float] | None = None
     nodes_active: int | None = None
     per_worker: list[int] | None = None
     per_node: dict[str, int] | None = None
@@ -146,6 +152,10 @@ class GenerationMetrics:
             redispatched=stats.redispatched,
             worker_failures=stats.worker_failures,
             resyncs=stats.resyncs,
+            generated_tokens=stats.usage.generated_tokens,
+            forward_tokens=stats.usage.forward_tokens,
+            device_s=round(stats.usage.device_s, 3),
+            device_s_per_worker=[round(x, 3) for x in stats.device_s_per_worker],
             nodes_active=len(stats.per_node),
             per_worker=stats.per_worker,
             per_node=per_node,
@@ -173,6 +183,8 @@ class Search:
     bytes_seen: list[int] = field(default_factory=list)
     tied_run: int = 0
     """Consecutive generations in which most candidates tied (see `warn_on_ties`)."""
+    usage: Usage = field(default_factory=Usage)
+    """What this call's generations cost (a resumed run's earlier generations are in their metrics rows)."""
 
     @classmethod
     def start(cls, cfg: PipelineConfig, splits: Splits, sft_adapter: Path) -> Search:
@@ -204,6 +216,7 @@ class Search:
                 row.stopped_early = True
         self.warn_on_ties(row.tie_share or 0.0)
         self.bytes_seen.append(stats.bytes_total)
+        self.usage.add(stats.usage)
         self.work_by_node.update(row.per_node or {})
         self.worker_failures += stats.worker_failures
         self.history.append(row.as_row())
@@ -272,6 +285,7 @@ class Search:
             resumed_from=resumed_from,
             work_by_node=dict(self.work_by_node.most_common()),
             worker_failures=self.worker_failures,
+            usage=self.usage,
         )
 
 

@@ -40,6 +40,7 @@ from essaflow.grpo.worker import (
 )
 from essaflow.results import TrainCallbacks, TrainResult
 from essaflow.sampling import warn_if_truncated
+from essaflow.usage import Usage
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +120,18 @@ def train_grpo(
         work_by_node=dict(Counter(s.node[:8] for s in driver.starts).most_common()),
         worker_failures=max(0, sum(1 for s in driver.starts if s.rank == 0) - 1),  # group restarts
         truncated_share=round(sum(driver.truncated) / len(driver.truncated), 4) if driver.truncated else None,
+        usage=step_usage(done.metrics, done.resumed_from),
     )
+
+
+def step_usage(metrics: list[dict], resumed_from: int | None) -> Usage:
+    """What this call's steps cost (the rows before a resume were paid by the earlier call)."""
+    usage = Usage()
+    for m in metrics:
+        if "gen_tokens" in m and m.get("step", 0) > (resumed_from or 0):
+            usage.add(Usage(m["gen_tokens"], m.get("forward_tokens", 0), m.get("backward_tokens", 0),
+                            m.get("device_s", 0.0)))  # fmt: skip
+    return usage
 
 
 __all__ = ["train_grpo"]

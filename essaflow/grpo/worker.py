@@ -168,6 +168,8 @@ class Learner:
     def step(self, train: list[Problem], slots: list[int], step: int) -> StepMetrics:
         """One rollout step: rollout (+ advantages) -> loss -> optimiser step -> the step's global metrics."""
         g, t0 = self.cfg.grpo, time.perf_counter()
+        clock = time.perf_counter if self.info.device.type == "cuda" else time.process_time  # essaflow/usage.py
+        c0 = clock()
         self.comm.grad = self.comm.aux = 0
         batch = collect(
             self.model, self.tokenizer, train, slots, step, g, self.cfg.eval.reward, self.max_new_tokens,
@@ -180,6 +182,10 @@ class Learner:
                 )[0].cpu()
         sums, t1 = StepSums.of(batch), time.perf_counter()
         grad_norm = update(self.ddp, batch, self.optimizer, self.params, g, self.info, sums, self.comm)
+        sequence_tokens = float(batch.attention_mask.sum())  # prompt + completion, padding left out
+        extra_passes = (g.mini_batches > 1) + (self.ref_model is not None)  # old and reference log-probs
+        sums.forward_tokens, sums.backward_tokens = sequence_tokens * (1 + extra_passes), sequence_tokens
+        sums.device_s = clock() - c0
         lr = self.scheduler.get_last_lr()[0]
         self.scheduler.step()
         metrics = StepMetrics.from_sums(step + 1, sums.all_reduced(self.info, self.comm))

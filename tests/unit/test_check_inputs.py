@@ -58,6 +58,15 @@ def test_a_directory_without_config_json_is_no_checkpoint(tmp_path, ckpt):
     assert "without config.json" in check_inputs(_cfg(f"model.name_or_path={ckpt}")).problems[0]
 
 
+def test_chat_template_always_needs_a_tokenizer_with_one(ckpt):
+    problems = check_inputs(_cfg("data.chat_template=always")).problems  # the built-in tiny model has none
+    assert len(problems) == 1 and problems[0].startswith("data.chat_template: ")
+    assert check_inputs(_cfg(f"model.name_or_path={ckpt}", "data.chat_template=always")).problems
+    (ckpt / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ messages[0].content }}"}))
+    assert check_inputs(_cfg(f"model.name_or_path={ckpt}", "data.chat_template=always")).problems == []
+    assert check_inputs(_cfg(f"model.name_or_path={ckpt}", "data.chat_template=auto")).problems == []
+
+
 def test_a_hub_id_is_spelling_checked_only():
     report = check_inputs(_cfg("model.name_or_path=Qwen/Qwen2.5-0.5B-Instruct"))
     assert report.problems == [] and any("not resolved offline" in n for n in report.notes)
