@@ -73,10 +73,18 @@ def test_essa_gsm8k_is_tab8_qwen25_7b():
     assert instruct["model"]["name_or_path"] == "Qwen/Qwen2.5-7B-Instruct"
 
 
-def test_essa_gsm8k_reads_a_local_gsm8k_file(tmp_path):
+def test_the_readmes_check_config_with_a_gsm8k_file_and_a_local_checkpoint(tmp_path):
     data = write_gsm8k(tmp_path / "gsm8k.jsonl", 1400)
-    cfg = check_config("-c", str(ESSA_GSM8K), "--set", "data.source=file", "--set", f"data.path={data}")
+    ckpt = tmp_path / "my-qwen"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text("{}")  # check-config looks for a checkpoint's config.json, loads nothing
+    sets = ["--set", "data.source=file", "--set", f"data.path={data}", "--set", f"model.name_or_path={ckpt}"]
+    cfg = check_config("-c", str(ESSA_GSM8K), *sets)
     assert cfg["data"]["source"] == "file" and cfg["data"]["adapter"] == "gsm8k"
+    assert cfg["model"]["name_or_path"] == str(ckpt)
+    too_small = CliRunner().invoke(app, ["check-config", "-c", str(ESSA_GSM8K), *sets[:-2]] + [
+        "--set", f"data.path={write_gsm8k(tmp_path / 'small.jsonl', 100)}"])  # fmt: skip
+    assert too_small.exit_code == 2 and "data.eval_size=1319 leaves no training data" in too_small.output
 
 
 def test_essa_math_is_tab8_qwen25_math_7b_and_reads_its_prm800k_file(tmp_path):
