@@ -131,6 +131,7 @@ def test_essa_qwen25_7b_gsm8k_rehearsal(tmp_path, qwen_checkpoint, record_proper
     assert_the_pipeline_ran(out, "essa-qwen2.5-7b-gsm8k", steps=2)
     assert_turns_end_at_im_end(tmp_path, out["run_id"])
     assert out["training"]["method_label"] == "ESSA(cma, accuracy)"  # the recipe's CMA-ES on the task reward
+    assert sum(out["training"]["work_by_node"].values()) == 2 * 4  # candidates scored by the Ray worker (seed sync)
     # the README's third command: the champion again, on the dataset and protocol its tags recorded (no config)
     again, wall = essaflow(tmp_path, "eval", "--model", "essa-qwen2.5-7b-gsm8k", "--alias", "champion")
     print(f"eval of the registered champion: {wall:.1f} s wall, {again['pass_at_k']}")
@@ -142,6 +143,7 @@ def test_essa_qwen25_math_7b_math_rehearsal(tmp_path, qwen_checkpoint, record_pr
     model = [f"model.name_or_path={qwen_checkpoint}", f"data.path={data}"]  # the recipe reads a file already
     out, _ = rehearse(tmp_path, "essa-qwen2.5-math-7b-math.yaml", model + CPU_ONLY + SMALL + ESSA_CPU, record_property)
     assert_the_pipeline_ran(out, "essa-qwen2.5-math-7b-math", steps=2)
+    assert sum(out["training"]["work_by_node"].values()) == 2 * 4
     assert_turns_end_at_im_end(tmp_path, out["run_id"])
 
 
