@@ -14,12 +14,13 @@ import subprocess
 import sys
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 import yaml
 
 from essaflow import tracking
-from essaflow.artifacts import manifest_digest
+from essaflow.artifacts import latest_checkpoint, manifest_digest
 from essaflow.config import ConfigError, parse_config
 from essaflow.storage import MANIFEST, S3Store, open_store
 from tests.integration.pipeline_support import REPO, flow_run_logs, tiny
@@ -76,21 +77,26 @@ def _mlflow_run(tracking_uri: str, experiment: str, run_id: str):
 
 
 def test_s3_dead_for_good_fails_with_a_json_line_and_resume_last_ends_with_the_uninterrupted_adapter(
-    stack_in_process, seaweedfs_factory, tmp_path
+    stack_in_process, seaweedfs_factory, tmp_path, monkeypatch
 ):
-    clean = _clean_digest(stack_in_process)
     server = seaweedfs_factory("resume")
     store = server.store("run")
-    (tmp_path / "cfg.yaml").write_text(yaml.safe_dump({**CFG, "name": "resume-cli"}))
+    for name in ("resume-cli", "resume-cli-clean"):
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump({**CFG, "name": name}))
     env = stack_in_process.subprocess_env(
         **server.env, ESSAFLOW_STORAGE_URI="s3://resume/run", ESSAFLOW_S3_RETRY_TIMEOUT_S="2"
     )
+    rc, out, err, clean_s = _essaflow(["run", "resume-cli-clean.yaml", "--no-progress"], env, tmp_path)
+    assert rc == 0, err[-3000:]
+    clean_run = out["run_id"]
+    clean = manifest_digest(store.read_manifest(f"runs/{clean_run}/adapter"))  # uninterrupted, same conditions
     killed: dict[str, float] = {}
 
     def kill_after_the_first_checkpoint():
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
-            if any(k.endswith(f"/checkpoints/00000001/{MANIFEST}") for k in store.list("runs")):
+            keys = [k for k in store.list("runs") if not k.startswith(f"runs/{clean_run}/")]
+            if any(k.endswith(f"/checkpoints/00000001/{MANIFEST}") for k in keys):
                 server.service.kill()
                 killed["at"] = time.monotonic()
                 return
@@ -98,14 +104,14 @@ def test_s3_dead_for_good_fails_with_a_json_line_and_resume_last_ends_with_the_u
 
     chaos = threading.Thread(target=kill_after_the_first_checkpoint, daemon=True)
     chaos.start()
-    rc, out, err, failed_s = _essaflow(["run", "cfg.yaml", "--no-progress"], env, tmp_path)
+    rc, out, err, failed_s = _essaflow(["run", "resume-cli.yaml", "--no-progress"], env, tmp_path)
     chaos.join(timeout=5)
 
     assert killed, "the S3 server must have died mid-run"
     assert rc == 1, err[-3000:]
     assert set(out) == {"error", "stage", "run_id", "resume"} and out["stage"] == "train", out
     run_id = out["run_id"]
-    assert out["resume"].endswith(f"--resume {run_id}") and out["resume"].startswith("essaflow run cfg.yaml")
+    assert out["resume"].endswith(f"--resume {run_id}") and out["resume"].startswith("essaflow run resume-cli.yaml")
     # the first failure (a checkpoint's storage operation), not what the retries tripped over first
     assert "unreachable" in out["error"] and "/checkpoints/0000000" in out["error"], out["error"]
     assert "Traceback" not in err, err[-3000:]
@@ -117,11 +123,13 @@ def test_s3_dead_for_good_fails_with_a_json_line_and_resume_last_ends_with_the_u
     with pytest.raises(ConfigError, match="essa.sigma0"):  # a changed trajectory is refused before any compute
         from flows.finetune import finetune
 
-        changed = parse_config({**CFG, "name": "resume-cli", "essa": {**CFG["essa"], "sigma0": 0.9}})
+        for key, value in server.env.items():
+            monkeypatch.setenv(key, value)
+        changed = {**CFG, "name": "resume-cli", "storage_uri": "s3://resume/run"}
         server.start()
-        finetune(changed, resume=run_id)
+        finetune(parse_config({**changed, "essa": {**CFG["essa"], "sigma0": 0.9}}), resume=run_id)
 
-    rc, out, err, resumed_s = _essaflow(["run", "cfg.yaml", "--no-progress", "--resume", "last"], env, tmp_path)
+    rc, out, err, resumed_s = _essaflow(["run", "resume-cli.yaml", "--no-progress", "--resume", "last"], env, tmp_path)
 
     assert rc == 0, err[-3000:]
     assert out["run_id"] == run_id and 1 <= out["training"]["resumed_from"] < GENERATIONS
@@ -133,7 +141,7 @@ def test_s3_dead_for_good_fails_with_a_json_line_and_resume_last_ends_with_the_u
     done = _mlflow_run(stack_in_process.mlflow.url, "resume-cli", run_id)
     assert done.info.status == "FINISHED" and tracking.FAILURE_TAG not in done.data.tags
     print(
-        f"\nresume timings: uninterrupted {_CLEAN['wall_s']}s in process; failed CLI run {failed_s:.1f}s "
+        f"\nresume timings: uninterrupted CLI run {clean_s:.1f}s; failed CLI run {failed_s:.1f}s "
         f"(killed after checkpoint 1); resumed CLI run {resumed_s:.1f}s from checkpoint "
         f"{out['training']['resumed_from']}; stages {out['stages']}"
     )
@@ -173,11 +181,45 @@ def test_s3_killed_mid_checkpoint_upload_leaves_nothing_partial_and_a_resumed_ru
     run_id = str(state.state_details.flow_run_id)
     server.start()
     store = open_store("s3://midrun/run")
-    ckpt2 = [k for k in store.list(f"runs/{run_id}/checkpoints/00000002")]
-    assert not any(k.endswith(MANIFEST) for k in ckpt2), "checkpoint 2 must not look complete"
+    ckpt2 = store.list(f"runs/{run_id}/checkpoints/00000002")
+    assert f"runs/{run_id}/checkpoints/00000002/{MANIFEST}" not in ckpt2, "checkpoint 2 must not look complete"
+    assert latest_checkpoint(store, SimpleNamespace(run_prefix=f"runs/{run_id}")) == "00000001"
     assert not any(seen["key"].endswith(k) for k in ckpt2), f"the cut-off object is visible: {seen['key']}"
 
     result = finetune(cfg, resume=run_id)
 
     assert result.run_id == run_id and result.training["resumed_from"] == 1
     assert manifest_digest(store.read_manifest(f"runs/{run_id}/adapter")) == clean
+
+
+def test_a_flow_retry_keeps_the_run_id_resumes_and_logs_each_step_once(stack_in_process, monkeypatch):
+    import flows.finetune as pipeline
+    from essaflow import training
+
+    clean = _clean_digest(stack_in_process)
+    real, calls = training.load_trainer("essa"), []
+
+    def dies_after_logging_generation_3(config, splits, sft, out_dir, checkpoint_dir=None, on_metrics=None,
+                                        on_checkpoint=None):  # fmt: skip
+        calls.append(1)
+
+        def metrics_then_die(row):
+            on_metrics(row)  # generation 3 reaches MLflow (the buffer flushes on the way out), its checkpoint not
+            if len(calls) == 1 and row.get("generation") == 3:
+                raise RuntimeError("simulated crash of the whole flow run")
+
+        return real(config, splits, sft, out_dir, checkpoint_dir, metrics_then_die, on_checkpoint)
+
+    monkeypatch.setattr(training, "load_trainer", lambda method: dies_after_logging_generation_3)
+    monkeypatch.setattr(pipeline, "train", pipeline.train.with_options(retries=0))  # the flow's retry takes over
+    flow = pipeline.finetune.with_options(retries=1, retry_delay_seconds=0)
+
+    result = flow(parse_config({**CFG, "name": "resume-flow-retry", "storage_uri": stack_in_process.storage_uri}))
+
+    assert len(calls) == 2 and result.training["resumed_from"] == 2
+    store = stack_in_process.store()
+    assert manifest_digest(store.read_manifest(f"runs/{result.run_id}/adapter")) == clean
+    exp = tracking.client(stack_in_process.mlflow.url).get_experiment_by_name("resume-flow-retry")
+    assert len(tracking.client(stack_in_process.mlflow.url).search_runs([exp.experiment_id])) == 1
+    steps = _one_point_per_step(stack_in_process.mlflow.url, result.mlflow_run_id)
+    assert steps["train.fitness_mean"] == list(range(1, GENERATIONS + 1)), steps
