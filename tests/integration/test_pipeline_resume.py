@@ -70,6 +70,14 @@ def _one_point_per_step(tracking_uri: str, mlflow_run_id: str) -> dict[str, list
     return {k: [m.step for m in c.get_metric_history(mlflow_run_id, k)] for k in keys}
 
 
+def _curve(tracking_uri: str, mlflow_run_id: str) -> list[tuple]:
+    """(step, fitness_mean, sigma, mean_norm) per generation: where two runs part, if they do."""
+    c = tracking.client(tracking_uri)
+    hist = {k: {m.step: m.value for m in c.get_metric_history(mlflow_run_id, f"train.{k}")} for k in
+            ("fitness_mean", "sigma", "mean_norm")}  # fmt: skip
+    return [(s, *(hist[k].get(s) for k in hist)) for s in sorted(hist["sigma"])]
+
+
 def _mlflow_run(tracking_uri: str, experiment: str, run_id: str):
     c = tracking.client(tracking_uri)
     exp = c.get_experiment_by_name(experiment)
@@ -88,7 +96,7 @@ def test_s3_dead_for_good_fails_with_a_json_line_and_resume_last_ends_with_the_u
     )
     rc, out, err, clean_s = _essaflow(["run", "resume-cli-clean.yaml", "--no-progress"], env, tmp_path)
     assert rc == 0, err[-3000:]
-    clean_run = out["run_id"]
+    clean_run, clean_mlflow = out["run_id"], out["mlflow_run_id"]
     clean = manifest_digest(store.read_manifest(f"runs/{clean_run}/adapter"))  # uninterrupted, same conditions
     killed: dict[str, float] = {}
 
@@ -134,7 +142,8 @@ def test_s3_dead_for_good_fails_with_a_json_line_and_resume_last_ends_with_the_u
     assert rc == 0, err[-3000:]
     assert out["run_id"] == run_id and 1 <= out["training"]["resumed_from"] < GENERATIONS
     assert "prepare_dataset" in out["cached"]
-    assert manifest_digest(store.read_manifest(f"runs/{run_id}/adapter")) == clean
+    curves = {r: _curve(stack_in_process.mlflow.url, r) for r in (clean_mlflow, out["mlflow_run_id"])}
+    assert manifest_digest(store.read_manifest(f"runs/{run_id}/adapter")) == clean, curves
     steps = _one_point_per_step(stack_in_process.mlflow.url, out["mlflow_run_id"])
     assert steps["train.fitness_mean"] == list(range(1, GENERATIONS + 1)), steps
     assert all(len(s) == len(set(s)) for s in steps.values()), steps

@@ -58,3 +58,16 @@ def test_a_stage_failure_reports_the_first_attempts_error_and_the_last():
     assert failure.stage == "train" and failure.attempts == 3
     assert failure.error.startswith("OSError: put_object runs/x/checkpoints/3 failed (then 2 retries")
     assert failure.error.endswith("get datasets/y failed)")
+
+
+def test_an_adapter_config_is_written_in_the_same_bytes_by_every_process(tmp_path):
+    import json
+
+    from essaflow.models import stable_adapter_config
+
+    for name, order in (("a", ["v_proj", "q_proj", "o_proj"]), ("b", ["o_proj", "v_proj", "q_proj"])):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "adapter_config.json").write_text(json.dumps({"target_modules": order, "r": 8}))
+        stable_adapter_config(tmp_path / name)
+    a, b = ((tmp_path / n / "adapter_config.json").read_bytes() for n in "ab")
+    assert a == b and json.loads(a)["target_modules"] == ["o_proj", "q_proj", "v_proj"]
