@@ -1,6 +1,6 @@
 """Resuming a failed pipeline run: which run (`RUN_ID` or `last`), and whether this config may continue it.
 
-A run records its config in storage when it opens (`runs/<run_id>/run.json`). A resume reuses that run id, so the
+A run records its config in storage when it opens (`runs/<run_id>/record/run.json`). A resume reuses that run id, so the
 new attempt finds the run's checkpoints (`runs/<run_id>/checkpoints/`), its MLflow run (by the `essaflow.run_id`
 tag) and its cached dataset and SFT adapter (content-addressed), and continues from the newest complete checkpoint.
 It is refused before any compute when the config differs in a field the run's trajectory depends on: the
@@ -10,12 +10,15 @@ trainer reads), the method and the seed. This module never imports prefect.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from essaflow.config import ConfigError, PipelineConfig, changed_trajectory, method_trajectory, parse_config
-from essaflow.storage import ArtifactStore, StorageError
+from essaflow.storage import MANIFEST, ArtifactStore, StorageError
 
 log = logging.getLogger(__name__)
 
@@ -24,27 +27,32 @@ LAST = "last"
 """`--resume last`: the newest FAILED MLflow run of the pipeline (config.name)."""
 
 
-def run_prefix(run_id: str) -> str:
-    return f"runs/{run_id}"
+def record_prefix(run_id: str) -> str:
+    """runs/<run_id>/record/: the run's config as a directory artifact (run.json + manifest, like every artifact)."""
+    return f"runs/{run_id}/record"
 
 
 def record_run(store: ArtifactStore, run_id: str, cfg: PipelineConfig) -> None:
-    """Write runs/<run_id>/run.json once (a resumed or retried run keeps the record of its first attempt)."""
-    key = f"{run_prefix(run_id)}/{RUN_RECORD}"
-    if not store.exists(key):
-        store.put_json(key, {"run_id": run_id, "name": cfg.name, "config": cfg.model_dump(mode="json")})
+    """Store the run's config once (a resumed or retried run keeps the record of its first attempt)."""
+    prefix = record_prefix(run_id)
+    if store.exists(f"{prefix}/{MANIFEST}"):
+        return
+    with tempfile.TemporaryDirectory(prefix="essaflow-record-") as tmp:
+        body = {"run_id": run_id, "name": cfg.name, "config": cfg.model_dump(mode="json")}
+        (Path(tmp) / RUN_RECORD).write_text(json.dumps(body, indent=2, sort_keys=True) + "\n")
+        store.upload_dir(Path(tmp), prefix)
 
 
 def recorded_config(store: ArtifactStore, run_id: str) -> PipelineConfig:
     """The config run `run_id` was started with; ConfigError if storage holds no such run."""
-    key = f"{run_prefix(run_id)}/{RUN_RECORD}"
+    prefix = record_prefix(run_id)
     try:
-        record = store.get_json(key)
+        store.read_manifest(prefix)
     except StorageError as e:
-        if e.kind != "missing_object":
+        if e.kind != "incomplete":
             raise
-        raise ConfigError(f"resume: no run {run_id!r} in {store.uri} (no {key})") from None
-    return parse_config(record["config"])
+        raise ConfigError(f"resume: no run {run_id!r} in {store.uri} (no {prefix}/{MANIFEST})") from None
+    return parse_config(store.get_json(f"{prefix}/{RUN_RECORD}")["config"])
 
 
 def _flat(tree: Any, prefix: str) -> dict[str, Any]:
