@@ -23,8 +23,10 @@ from tasks.training import train, warm_start
 def finetune(config: PipelineConfig = PipelineConfig(), resume: str | None = None) -> PipelineResult:
     """Fine-tune a LoRA adapter with ESSA or F-GRPO, evaluate pass@k before and after, register it in MLflow.
 
-    resume: continue a failed run (its run id, or "last": the newest failed run of this pipeline) from its newest
-    checkpoint in storage; refused if the config differs in a field the run's trajectory depends on.
+    Args:
+        config: The pipeline config.
+        resume: Continue a failed run from its newest checkpoint: its run id, or "last" (the newest failed run of
+            this pipeline). Refused if the config differs in a field the run's trajectory depends on.
     """
     run = open_run(config, resume)  # storage and MLflow reachable, credentials accepted; else fail before compute
     dataset = prepare_dataset(config.data, run.storage_uri)
