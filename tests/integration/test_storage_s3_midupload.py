@@ -47,9 +47,7 @@ def _visible(server, prefix: str) -> list[str]:
     return sorted(o["Key"] for o in listed.get("Contents", []))
 
 
-def test_a_server_killed_mid_upload_leaves_nothing_visible_and_the_error_names_the_upload(
-    seaweedfs_factory, tmp_path
-):
+def test_a_server_killed_mid_upload_leaves_nothing_visible_and_the_error_names_the_upload(seaweedfs_factory, tmp_path):
     server = seaweedfs_factory("midupload")
     store = server.store("m", retry_timeout=2)
     seen = _kill_after_first_part(server, store)
