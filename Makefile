@@ -4,8 +4,14 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 METHOD ?= essa
 STAMP := $(VENV)/.installed
+# The browser e2e test (tests/e2e/test_browser_ui_run.py): Debian's chromium and the playwright-core driver pinned
+# in tests/e2e/browser/package-lock.json; Playwright never downloads a browser.
+CHROMIUM ?= /usr/bin/chromium
+BROWSER_DIR := tests/e2e/browser
+BROWSER_STAMP := $(BROWSER_DIR)/node_modules/.installed
+APT_INSTALL := DEBIAN_FRONTEND=noninteractive apt-get install -y -qq
 
-.PHONY: install demo test lint clean
+.PHONY: install browser demo test lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -17,14 +23,23 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# apt-get runs only for what is missing (CI runs as root); Debian 12's nodejs 18 is enough for the pinned driver.
+browser: $(BROWSER_STAMP)
+	test -x $(CHROMIUM) || { apt-get update -qq && $(APT_INSTALL) chromium; }
+
+$(BROWSER_STAMP): $(BROWSER_DIR)/package.json $(BROWSER_DIR)/package-lock.json
+	command -v npm >/dev/null || { apt-get update -qq && $(APT_INSTALL) nodejs npm; }
+	cd $(BROWSER_DIR) && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund
+	touch $(BROWSER_STAMP)
+
 demo: $(STAMP)
 	$(BIN)/essaflow demo --method $(METHOD)
 
-test: $(STAMP)
+test: $(STAMP) browser
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
 clean:
-	rm -rf $(VENV) .essaflow
+	rm -rf $(VENV) .essaflow $(BROWSER_DIR)/node_modules

@@ -4,7 +4,8 @@
    essa.sync=seed (every worker regenerates the candidates from its strategy replica, ESSA-v3 App. A) and in
    essa.sync=vectors (the driver ships each candidate's float32 offsets). Fitness must come out identical in all
    four runs; the bench checks. Candidates/s is timed over the generations after the first (first-call
-   allocations); the machine's load (`uptime`) is printed, since other processes share the cores.
+   allocations); the four settings run in rotation `--rounds` times and the medians are quoted; the machine's load
+   (`uptime`) is printed, since other processes share the cores.
 2. Bytes per generation each mode moves (serialized payload sizes as counted by `population.py`: calls out,
    answers back, resync states included) against what one GRPO step would all-reduce for the same LoRA:
 
@@ -12,8 +13,10 @@
 
    A ring all-reduce of M bytes sends and receives 2 (G - 1) / G x M bytes per worker (reduce-scatter then
    all-gather; docs/algorithms.md sec. 2.8 latency model), which tends to 2 M as G grows; the factor 2 takes that limit.
-   Seed-mode bytes do not grow with the model (only with population, minibatch and workers), so the ratio
-   seed / GRPO shrinks as the LoRA grows; the bench prints the LoRA size at which it reaches 1/1000.
+   The ratio compares seed-mode bytes summed over all workers with what each GRPO worker moves (conservative:
+   per worker the seed figure is smaller still; both are printed). Seed-mode bytes do not grow with the model or
+   the minibatch (only with the population, 4 bytes a candidate, and the workers, one call each), so the ratio
+   shrinks as the LoRA grows; the bench prints the LoRA size from which it is 1/1000.
 
     .venv/bin/python bench/essa_scaling.py -c configs/tiny-essa.yaml --generations 4
 """
@@ -38,16 +41,19 @@ from essaflow.models import load_model_with_adapter
 from essaflow.warm_start import cached_sft_adapter, prepare_splits
 
 
-def measure(spec, cfg, dimension: int, batches: list[np.ndarray], workers: int, sync: str) -> dict:
-    """One search of len(batches) generations on a fresh pool: fitness, timing and bytes per generation."""
+def measure(spec, cfg, dimension: int, generations: int, workers: int, sync: str) -> dict:
+    """One search of `generations` generations on a fresh pool (the trainer's loop: minibatch, ask, evaluate,
+    tell): fitness, timing and bytes per generation."""
     e = cfg.essa
     pool = RayPopulation(spec, workers=workers, inflight=e.inflight_per_worker, sync=sync)
     strategy = make_strategy(e, dimension)
+    sampler = MinibatchSampler(len(spec.prompts), e.minibatch, e.seed)
     try:
         fitness, stats = [], []
-        for g, idx in enumerate(batches):
+        for g in range(generations):
+            idx = sampler.next()
             x = strategy.ask()
-            f, s = pool.evaluate(x, idx, generation_seed(e.seed, g), g, strategy)
+            f, s = pool.evaluate(x, idx, generation_seed(e.seed, g), g, strategy, sampler)
             strategy.tell(x, f)
             fitness.append(f)
             stats.append(s)
@@ -63,6 +69,7 @@ def measure(spec, cfg, dimension: int, batches: list[np.ndarray], workers: int, 
         "bytes_sent_per_generation": float(np.mean([s.bytes_sent for s in timed])),
         "bytes_received_per_generation": float(np.mean([s.bytes_received for s in timed])),
         "bytes_per_generation": float(np.mean([s.bytes_total for s in timed])),
+        "bytes_per_worker_generation": float(np.mean([s.bytes_total for s in timed])) / workers,
         "resyncs": sum(s.resyncs for s in stats),
         "candidates_per_worker": np.sum([s.per_worker for s in timed], axis=0).tolist(),
         "fitness": np.concatenate(fitness),
@@ -76,6 +83,7 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[], help="dotted override, e.g. essa.population=48")
     ap.add_argument("--generations", type=int, default=4, help="timed generations per run (one more is run first)")
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--rounds", type=int, default=3, help="the settings run in rotation this often; medians quoted")
     args = ap.parse_args()
     torch.set_num_threads(1)
     cfg = load_config(args.config, args.set)
@@ -87,41 +95,52 @@ def main() -> None:
     lora_params = sum(p.numel() for n, p in model.named_parameters() if "lora_" in n)
     del model
 
-    sampler = MinibatchSampler(len(splits.train), e.minibatch, e.seed)
-    batches = [sampler.next() for _ in range(args.generations + 1)]
     spec = scoring_spec(cfg, splits, adapter)
     ray.init(num_cpus=max(2, max(args.workers)), include_dashboard=False, log_to_driver=False)
     try:
-        runs = [
-            measure(spec, cfg, svd.dimension, batches, w, sync) for sync in ("seed", "vectors") for w in args.workers
-        ]
+        settings = [(sync, w) for sync in ("seed", "vectors") for w in args.workers]
+        rounds = [[measure(spec, cfg, svd.dimension, args.generations + 1, w, s) for s, w in settings]
+                  for _ in range(args.rounds)]  # fmt: skip
     finally:
         ray.shutdown()
-    report(cfg, svd.dimension, lora_params, args.generations, runs)
+    runs = [median_run([r[i] for r in rounds]) for i in range(len(settings))]
+    report(cfg, svd.dimension, lora_params, args.generations, runs, args.rounds)
 
 
-def report(cfg, dimension: int, lora_params: int, generations: int, runs: list[dict]) -> None:
+def median_run(repeats: list[dict]) -> dict:
+    """One setting over its rounds: median candidates/s and wall; fitness must be the same in every round."""
+    out = dict(repeats[0])
+    out["candidates_per_s_rounds"] = [r["candidates_per_s"] for r in repeats]
+    out["candidates_per_s"] = float(np.median(out["candidates_per_s_rounds"]))
+    out["generation_s"] = float(np.median([r["generation_s"] for r in repeats]))
+    out["same_fitness_every_round"] = all(np.array_equal(r["fitness"], out["fitness"]) for r in repeats)
+    return out
+
+
+def report(cfg, dimension: int, lora_params: int, generations: int, runs: list[dict], rounds: int) -> None:
     """The side-by-side table, the ratios and a JSON summary."""
     e = cfg.essa
     same_fitness = all(np.array_equal(runs[0]["fitness"], r["fitness"]) for r in runs[1:])
+    same_fitness = same_fitness and all(r["same_fitness_every_round"] for r in runs)
     same_mean = all(np.array_equal(runs[0]["mean"], r["mean"]) for r in runs[1:])
     grpo_bytes = 4 * lora_params * 2
     by = {(r["sync"], r["workers"]): r for r in runs}
     few, many = min(r["workers"] for r in runs), max(r["workers"] for r in runs)
     seed_bytes, vector_bytes = by["seed", many]["bytes_per_generation"], by["vectors", many]["bytes_per_generation"]
     speedup = {s: by[s, many]["candidates_per_s"] / by[s, few]["candidates_per_s"] for s in ("seed", "vectors")}
-    print(f"\nESSA scaling  d={dimension}  population={e.population}  minibatch b={e.minibatch}  "
-          f"{generations} timed generations  load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} "
-          f"{os.getloadavg()[2]:.2f} on {os.cpu_count()} CPUs")  # fmt: skip
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"\nESSA scaling  d={dimension}  population={e.population}  minibatch b={e.minibatch}  {generations} "
+          f"timed generations x {rounds} rounds (medians)  load: {load} on {os.cpu_count()} CPUs")  # fmt: skip
     print(f"{'':34}" + "".join(f"{r['sync'] + ' x' + str(r['workers']):>16}" for r in runs) + f"{'GRPO step':>16}")
     for key, label in [
-        ("candidates_per_s", "candidates / s"),
+        ("candidates_per_s", "candidates / s (median)"),
         ("generation_s", "wall s / generation"),
         ("bytes_sent_per_generation", "bytes sent / generation"),
         ("bytes_received_per_generation", "bytes received / generation"),
-        ("bytes_per_generation", "bytes / generation"),
+        ("bytes_per_generation", "bytes / generation (all workers)"),
+        ("bytes_per_worker_generation", "bytes / generation / worker"),
         ("resyncs", "resyncs (whole run)"),
-        ("candidates_per_worker", "candidates per worker (dynamic)"),
+        ("candidates_per_worker", "candidates per worker"),
     ]:
         extra = f"{grpo_bytes:>16,}" if key == "bytes_per_generation" else ""
         print(f"{label:34}" + "".join(f"{str(r[key]):>16}" for r in runs) + extra)
@@ -139,6 +158,7 @@ def report(cfg, dimension: int, lora_params: int, generations: int, runs: list[d
         "minibatch": e.minibatch,
         "identical_fitness": same_fitness,
         "identical_mean": same_mean,
+        "rounds": rounds,
         "runs": [{k: v for k, v in r.items() if k not in ("fitness", "mean")} for r in runs],
         "speedup": {k: round(v, 3) for k, v in speedup.items()},
         "lora_params": lora_params,

@@ -15,13 +15,34 @@ def check_config(
     cluster: Annotated[
         bool, typer.Option("--cluster", help="also check that the Ray cluster (ray_address / RAY_ADDRESS) fits")
     ] = False,
+    inputs: Annotated[
+        bool,
+        typer.Option(
+            "--inputs/--no-inputs",
+            help="check the model and data the config names (default): a local checkpoint has config.json, a data "
+            "file exists and reads cleanly with the configured columns; hub ids and s3:// URIs by spelling only",
+        ),
+    ] = True,
 ) -> None:
     """Validate a config (and overrides) without running anything; prints the resolved config.
+
+    The model and data it names are checked too (offline: nothing is downloaded); each problem is one
+    `error:` line naming the field, and the command exits with 2.
 
     With --cluster, joins the run's Ray cluster and checks its nodes can hold the training workers (the check the
     pipeline's first task makes), listing the nodes on stderr.
     """
     cfg = load(config, set_)
+    if inputs:
+        from essaflow.input_check import check_inputs
+
+        report = check_inputs(cfg)
+        for note in report.notes:
+            typer.echo(note, err=True)
+        for problem in report.problems:
+            typer.echo(f"error: {problem}", err=True)
+        if report.problems:
+            raise typer.Exit(2)
     if cluster:
         from essaflow.cluster import ClusterCapacityError, describe_cluster
         from essaflow.training_cluster import check_training_fits, joins_existing_cluster

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -155,10 +156,13 @@ def eval_(
     set_: SetOpt = None,
     verbose: bool = False,
 ) -> None:
-    """pass@k of a registered model version (models:/MODEL@ALIAS) with the config's data and eval protocol."""
+    """pass@k of a registered model version (models:/MODEL@ALIAS): without -c, on the dataset and protocol its tags
+    record (data, eval, sampling at registration; --set still applies), else with the config's."""
     flow_logging(verbose)
     cfg = load(config, set_)
     service_env()
+    if config is None:
+        cfg = _recorded_protocol(cfg, model, alias, set_ or [])
     from flows.evaluate import EvaluateParams, evaluate_model
 
     params = EvaluateParams(
@@ -188,7 +192,27 @@ def eval_(
         {
             "model": f"{model}@{alias}",
             "pass_at_k": ref.summary,
+            "truncated_share": ref.truncated_share,
             "report_uri": ref.uri,
             "wall_s": round(time.perf_counter() - start, 2),
         }
     )
+
+
+def _recorded_protocol(cfg, model: str, alias: str, overrides: list[str]):
+    """cfg with the data, eval and sampling sections recorded in models:/model@alias's tags (overrides on top);
+    cfg unchanged for a version registered before the tags existed or a registry that cannot be read."""
+    from essaflow.config import apply_overrides, parse_config
+    from essaflow.registered_protocol import registered_protocol
+    from essaflow.tracking import resolve_tracking_uri
+
+    try:
+        recorded = registered_protocol(resolve_tracking_uri(cfg.tracking_uri), model, alias)
+    except Exception as err:  # noqa: BLE001 - the flow reports a missing model or registry with its own error
+        logging.getLogger(__name__).info("no recorded protocol for %s@%s: %s", model, alias, err)
+        return cfg
+    if not recorded:
+        return cfg
+    tree = {**cfg.model_dump(mode="json", exclude={"data", "eval", "sampling"}), **recorded}
+    typer.echo(f"evaluating {model}@{alias} on its recorded dataset and protocol (pass -c to override)", err=True)
+    return parse_config(apply_overrides(tree, overrides))

@@ -31,8 +31,9 @@ from essaflow.data.config import DataConfig, SyntheticTaskConfig
 from essaflow.essa.config import ESSAConfig
 from essaflow.evaluation import EvalConfig
 from essaflow.grpo.config import GRPOConfig
-from essaflow.models import ModelConfig
-from essaflow.sampling import SamplingConfig
+from essaflow.models import BUILTIN_TINY, ModelConfig
+from essaflow.rewards import resolve_reward
+from essaflow.sampling import TINY_MAX_NEW_TOKENS, SamplingConfig
 from essaflow.sft import SFTConfig
 
 __all__ = [
@@ -79,6 +80,17 @@ class PipelineConfig(StrictConfig):
     (greedy, or pass@k with k in eval.ks); otherwise the new version becomes challenger."""
 
     @model_validator(mode="after")
+    def _defaults_that_follow_the_data_and_model(self) -> PipelineConfig:
+        # __dict__: a plain assignment would re-run this validator (validate_assignment)
+        reward = resolve_reward(self.eval.reward, self.data.source, self.data.adapter)
+        if reward != self.eval.reward:  # eval.reward=auto: the reward that matches the data's answers
+            self.__dict__["eval"] = self.eval.model_copy(update={"reward": reward})
+        if self.model.name_or_path == BUILTIN_TINY and "max_new_tokens" not in self.sampling.model_fields_set:
+            # the 512-token default is sized for real models; the tiny model's answers are <= 5 characters
+            self.__dict__["sampling"] = self.sampling.model_copy(update={"max_new_tokens": TINY_MAX_NEW_TOKENS})
+        return self
+
+    @model_validator(mode="after")
     def _promotion_metric_measured(self) -> PipelineConfig:
         measured = {"greedy", *(f"pass@{k}" for k in {1, *self.eval.ks})}
         if self.promotion_metric not in measured:
@@ -88,7 +100,10 @@ class PipelineConfig(StrictConfig):
 
 
 #: the sections a method's training trajectory depends on (its own, and what its scorer or rollouts read)
-_TRAJECTORY_SECTIONS = {"essa": ("model", "sampling", "eval", "essa"), "fgrpo": ("model", "sampling", "eval", "grpo")}
+_TRAJECTORY_SECTIONS = {
+    "essa": ("data", "model", "sampling", "eval", "essa"),  # data: the chat template and system prompt
+    "fgrpo": ("data", "model", "sampling", "eval", "grpo"),
+}
 
 
 def method_trajectory(cfg: PipelineConfig, method: str | None = None) -> dict[str, Any]:

@@ -27,10 +27,20 @@ class ConfigError(ValueError):
     """A configuration that cannot run; the message names the offending field."""
 
 
-class StrictConfig(BaseModel):
-    """Unknown keys are rejected, assignments validated, field docstrings kept as descriptions (UI form)."""
+def _key_title(name: str, _info: Any) -> str:
+    return name
 
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_assignment=True)
+
+class StrictConfig(BaseModel):
+    """Unknown keys are rejected, assignments validated, field docstrings kept as descriptions (UI form).
+
+    Every field's title is its own key (`data`, `population`): the Prefect form then names a section and a field
+    as presets and `--set essa.population=...` spell them, not by class name (`DataConfig`) or "Population".
+    """
+
+    model_config = ConfigDict(
+        extra="forbid", use_attribute_docstrings=True, validate_assignment=True, field_title_generator=_key_title
+    )
 
 
 def trajectory(default: Any, **kwargs: Any) -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -11,8 +12,10 @@ from pydantic import Field, field_validator, model_validator
 
 from essaflow.config_base import StrictConfig, trajectory
 from essaflow.data.schema import Problem
-from essaflow.rewards import REWARDS, get_reward
-from essaflow.sampling import Generator, SamplingConfig
+from essaflow.rewards import AUTO_REWARD, REWARDS, get_reward, resolve_reward
+from essaflow.sampling import Generator, Samples, SamplingConfig, sample_completions, warn_if_truncated
+
+log = logging.getLogger(__name__)
 
 
 class EvalConfig(StrictConfig):
@@ -26,8 +29,13 @@ class EvalConfig(StrictConfig):
     """Evaluate on at most this many eval problems (None = all)."""
     seed: int = 1234
     """Sampling seed: the same seed before and after training gives a paired comparison."""
-    reward: str = trajectory("exact_match")
-    """Reward used to judge correctness (see essaflow.rewards)."""
+    reward: str = trajectory("auto")
+    """Reward used to judge correctness (essaflow.rewards). auto follows the data: math_verify for
+    data.adapter gsm8k or math (symbolic equivalence of the extracted final answer), exact_match for the synthetic
+    task and plain files; the pipeline config resolves it, so runs record the concrete name."""
+    samples_saved_per_problem: int = Field(4, ge=0)
+    """Completions kept per problem in the report's samples.jsonl.gz (with their correctness and truncation), so
+    you can read what the model wrote; 0 keeps only the counts."""
 
     @model_validator(mode="after")
     def _k_within_n(self) -> EvalConfig:
@@ -39,7 +47,7 @@ class EvalConfig(StrictConfig):
     @field_validator("reward")
     @classmethod
     def _known_reward(cls, v: str) -> str:
-        return REWARDS.check(v)
+        return v if v == AUTO_REWARD else REWARDS.check(v)
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -71,10 +79,27 @@ class EvalReport:
     problem_ids: list[str] = field(repr=False)
     wall_s: float = 0.0
     sequences_per_s: float = 0.0
+    truncated_share: float = 0.0
+    """Share of the n sampled completions that hit max_new_tokens without an EOS."""
+    greedy_truncated_share: float = 0.0
+    """The same for the greedy decodes."""
+    max_new_tokens: int = 0
+    """The cap those shares refer to."""
+    samples: list[dict] = field(default_factory=list, repr=False)
+    """Per problem: id, prompt, reference, greedy completion and up to eval.samples_saved_per_problem sampled
+    ones, each with its reward and whether it was truncated (what samples.jsonl.gz holds)."""
 
     def summary(self) -> dict[str, float]:
         """The headline numbers: greedy and pass@k."""
         return {"greedy": self.greedy, **{f"pass@{k}": v for k, v in self.pass_at_k.items()}}
+
+    def metrics(self) -> dict[str, float]:
+        """The headline numbers and the truncation shares (what MLflow logs)."""
+        return {
+            **self.summary(),
+            "truncated_share": self.truncated_share,
+            "greedy_truncated_share": self.greedy_truncated_share,
+        }
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -95,37 +120,76 @@ def greedy_accuracy(
     return sum(scores) / max(len(scores), 1)
 
 
+def _sample_rows(
+    problems: list[Problem],
+    greedy: Samples,
+    sampled: Samples,
+    scores: list[list[float]],
+    g_scores: list[float],
+    keep: int,
+) -> list[dict]:
+    rows = []
+    for i, p in enumerate(problems):
+        kept = [
+            {"text": t, "reward": r, "truncated": tr}
+            for t, r, tr in list(zip(sampled.texts[i], scores[i], sampled.truncated[i]))[:keep]
+        ]
+        rows.append({
+            "id": p.id, "prompt": p.prompt, "answer": p.answer,
+            "greedy": {"text": greedy.texts[i][0], "reward": g_scores[i], "truncated": greedy.truncated[i][0]},
+            "completions": kept,
+        })  # fmt: skip
+    return rows
+
+
+def _standalone_reward(name: str) -> str:
+    """eval.reward, with auto left unresolved (an EvalConfig used without a pipeline config, so without data to
+    follow) read as exact_match, the reward of the default synthetic data."""
+    if name != AUTO_REWARD:
+        return name
+    log.info("eval.reward=auto outside a pipeline config: exact_match (set eval.reward to judge other data)")
+    return resolve_reward(name, "synthetic", "plain")
+
+
 def evaluate(
     generator: Generator, problems: list[Problem], eval_cfg: EvalConfig, sampling: SamplingConfig
 ) -> EvalReport:
-    """Greedy accuracy plus pass@k from n samples per problem, one sample set reused for every k."""
+    """Greedy accuracy plus pass@k from n samples per problem, one sample set reused for every k.
+
+    Also measures the share of completions that hit sampling.max_new_tokens (warned above 10%) and keeps up to
+    eval.samples_saved_per_problem completions per problem for the report."""
     if eval_cfg.max_problems is not None:
         problems = problems[: eval_cfg.max_problems]
-    n = eval_cfg.samples_per_problem
+    n, cap = eval_cfg.samples_per_problem, sampling.max_new_tokens
+    prompts, answers = [p.prompt for p in problems], [p.answer for p in problems]
+    reward = get_reward(_standalone_reward(eval_cfg.reward))
     start = time.perf_counter()
-    greedy = greedy_accuracy(generator, problems, sampling.max_new_tokens, eval_cfg.reward)
-    samples = generator.generate(
-        [p.prompt for p in problems],
-        n=n,
-        temperature=sampling.temperature,
-        top_p=sampling.top_p,
-        max_new_tokens=sampling.max_new_tokens,
+    greedy = sample_completions(generator, prompts, n=1, temperature=0.0, max_new_tokens=cap)
+    g_scores = [reward(o[0], a) for o, a in zip(greedy.texts, answers)]
+    sampled = sample_completions(
+        generator, prompts, n=n, temperature=sampling.temperature, top_p=sampling.top_p, max_new_tokens=cap,
         seed=eval_cfg.seed,
-    )
-    reward = get_reward(eval_cfg.reward)
-    counts = [int(sum(reward(c, p.answer) for c in outs)) for outs, p in zip(samples, problems)]
+    )  # fmt: skip
+    scores = [[reward(c, a) for c in outs] for outs, a in zip(sampled.texts, answers)]
+    counts = [int(sum(row)) for row in scores]
     ks = sorted(set(eval_cfg.ks) | {1})
     passk = {str(k): sum(pass_at_k(n, c, k) for c in counts) / len(counts) for k in ks}
     wall = time.perf_counter() - start
+    share = sampled.truncated_share()
+    warn_if_truncated(max(share, greedy.truncated_share()), "evaluation", cap)
     return EvalReport(
         num_problems=len(problems),
         samples_per_problem=n,
-        greedy=greedy,
+        greedy=sum(g_scores) / max(len(g_scores), 1),
         pass_at_k=passk,
         correct_counts=counts,
         problem_ids=[p.id for p in problems],
         wall_s=round(wall, 3),
         sequences_per_s=round(len(problems) * (n + 1) / wall, 1),
+        truncated_share=round(share, 4),
+        greedy_truncated_share=round(greedy.truncated_share(), 4),
+        max_new_tokens=cap,
+        samples=_sample_rows(problems, greedy, sampled, scores, g_scores, eval_cfg.samples_saved_per_problem),
     )
 
 

@@ -64,7 +64,8 @@ def run_training_job(cfg: PipelineConfig) -> dict[str, Any]:
     splits = prepare_splits(cfg.data)
     _progress(f"{label}: {len(splits.train)} train / {len(splits.eval)} eval problems")
     sft = cached_sft_adapter(cfg, splits)
-    before = evaluate_output(cfg.model, sft, "lora", splits.eval, cfg.eval, cfg.sampling)
+    fmt = cfg.data.prompt_format()
+    before = evaluate_output(cfg.model, sft, "lora", splits.eval, cfg.eval, cfg.sampling, fmt)
     _progress(f"before (SFT start {sft}): {_headline(before)}")
 
     def on_metrics(row: dict[str, Any]) -> None:
@@ -79,7 +80,9 @@ def run_training_job(cfg: PipelineConfig) -> dict[str, Any]:
     try:
         trained = train(cfg, splits, sft, storage, work, TrainCallbacks(on_metrics))
         result = trained.result
-        after = evaluate_output(cfg.model, result.output_dir, result.output_kind, splits.eval, cfg.eval, cfg.sampling)
+        after = evaluate_output(
+            cfg.model, result.output_dir, result.output_kind, splits.eval, cfg.eval, cfg.sampling, fmt
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     _progress(f"after ({label}): {_headline(after)}")
@@ -91,9 +94,16 @@ def run_training_job(cfg: PipelineConfig) -> dict[str, Any]:
         "after": _headline(after),
         "before_pass_at_k": before.pass_at_k,
         "after_pass_at_k": after.pass_at_k,
+        # shares of completions that hit the length cap (warned above 10%)
+        "truncated_share": {
+            "before": before.truncated_share,
+            "after": after.truncated_share,
+            "rollouts": result.truncated_share,
+        },  # fmt: skip
         "steps": result.steps,
         "train_wall_s": result.wall_s,
         "bytes_per_update": round(result.bytes_per_update),
+        "usage": result.usage.as_row(),  # tokens and device-seconds of this call's training (essaflow/usage.py)
         "held_out_curve": [[m.get("generation", m.get("step")), round(m["eval_greedy"], 4)] for m in evals],
         "resumed_from": result.resumed_from,
         "output": trained.uri,

@@ -15,12 +15,12 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 from essaflow.atomic_dir import atomic_dir
 from essaflow.config_base import ConfigError, StrictConfig, trajectory
 from essaflow.devices import resolve_device
+from essaflow.model_identity import BUILTIN_TINY, model_identity, s3_version  # noqa: F401 - callers import these here
 from essaflow.quantization import Quantization, check_supported, quantize_base
 from essaflow.tiny_model import cache_root, tiny_base_path
 
 log = logging.getLogger(__name__)
 
-BUILTIN_TINY = "builtin:tiny"
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -75,20 +75,13 @@ def resolve_model_path(name_or_path: str) -> str:
     if name_or_path.startswith("s3://"):
         from essaflow.storage import open_store
 
-        target = cache_root() / "models" / name_or_path.removeprefix("s3://").replace("/", "__")
+        # keyed by the objects' versions too: weights rewritten at the same prefix are downloaded afresh
+        name = name_or_path.removeprefix("s3://").rstrip("/").replace("/", "__")
+        target = cache_root() / "models" / f"{name}@{s3_version(name_or_path)}"
         if not (target / "config.json").exists():
             open_store(name_or_path).download_dir("", target)
         return str(target)
     return name_or_path
-
-
-def model_identity(cfg: ModelConfig) -> str:
-    """A string that changes whenever the base weights would: cache keys depend on it."""
-    if cfg.name_or_path == BUILTIN_TINY:
-        from essaflow.tiny_model import TinyRecipe
-
-        return f"{BUILTIN_TINY}@{TinyRecipe().digest()}"
-    return f"{cfg.name_or_path}@{cfg.revision or 'default'}"
 
 
 def load_tokenizer(cfg: ModelConfig) -> PreTrainedTokenizerBase:

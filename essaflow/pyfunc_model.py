@@ -1,8 +1,11 @@
 """The registered model: a base causal LM plus a LoRA adapter behind MLflow's pyfunc interface.
 
-`predict` takes a list of prompt strings and returns one completion per prompt (greedy unless `temperature`
-says otherwise). The file is logged as an MLflow "model from code": MLflow copies it beside the artifacts and runs
-it on load, so nothing is unpickled and the model needs only mlflow, torch, transformers and peft (not essaflow).
+`predict` takes a list of raw questions and returns one completion per question (greedy unless `temperature`
+says otherwise). The model config stores how training showed prompts to the model (data.prompt_template, then
+data.chat_template and data.system_prompt), and `predict` formats every question the same way, with the same
+function (`prompt_format.py`, logged beside this file): BOS once, stopping at every EOS id. The file is logged as
+an MLflow "model from code": MLflow copies it beside the artifacts and runs it on load, so nothing is unpickled
+and the model needs only mlflow, torch, transformers and peft (not essaflow).
 
 Artifacts: `adapter` (a peft adapter directory, tokenizer included) and, when the base is a local checkpoint such
 as the built-in tiny model, `base` (the checkpoint itself, so the model loads on any machine). Otherwise the model
@@ -21,7 +24,12 @@ from mlflow.pyfunc import PythonModel
 # predict has no type hints on purpose: the logged signature (with params) is the contract, not inferred hints.
 warnings.filterwarnings("ignore", message=r"Add type hints to the `predict` method")
 
-DEFAULT_MAX_NEW_TOKENS = 32
+try:  # the copy MLflow logged beside this file (code_paths): formatting as at training time, essaflow not needed
+    from prompt_format import PromptFormat, left_pad, prompt_ids, stop_ids
+except ImportError:  # saving the model from the repository
+    from essaflow.prompt_format import PromptFormat, left_pad, prompt_ids, stop_ids
+
+DEFAULT_MAX_NEW_TOKENS = 512
 
 
 class AdapterModel(PythonModel):
@@ -47,10 +55,15 @@ class AdapterModel(PythonModel):
         model = AutoModelForCausalLM.from_pretrained(base, revision=revision, trust_remote_code=remote, dtype=dtype)
         self.model = PeftModel.from_pretrained(model, adapter).eval()
         self.max_new_tokens = int(cfg.get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS))
+        self.prompt_template = cfg.get("prompt_template") or "{prompt}"
+        self.fmt = PromptFormat(
+            chat_template=cfg.get("chat_template", "auto"), system_prompt=cfg.get("system_prompt") or None
+        )
+        self.stop = stop_ids(self.tokenizer, getattr(model, "generation_config", None))
         self.batch_size = int(cfg.get("batch_size", 64))
 
     def predict(self, context, model_input, params=None):  # no type hints: the logged signature rules
-        """Completions for `model_input` (a list of prompts; MLflow may hand it over as a one-column frame)."""
+        """Completions for `model_input` (a list of raw questions; MLflow may hand it over as a one-column frame)."""
         import torch
 
         prompts_all = _as_prompts(model_input)
@@ -61,8 +74,14 @@ class AdapterModel(PythonModel):
         out: list[str] = []
         with torch.no_grad():
             for start in range(0, len(prompts_all), self.batch_size):
-                prompts = prompts_all[start : start + self.batch_size]
-                enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False, padding_side="left")
+                questions = prompts_all[start : start + self.batch_size]
+                prompts = [self.prompt_template.replace("{prompt}", q) for q in questions]
+                ids, mask = left_pad(prompt_ids(tok, prompts, self.fmt), tok.pad_token_id)
+                device = next(self.model.parameters()).device
+                enc = {
+                    "input_ids": torch.tensor(ids, device=device),
+                    "attention_mask": torch.tensor(mask, device=device),
+                }
                 sample = temperature > 0
                 gen = self.model.generate(
                     **enc,
@@ -72,7 +91,7 @@ class AdapterModel(PythonModel):
                     top_k=0 if sample else None,
                     max_new_tokens=max_new,
                     pad_token_id=tok.pad_token_id,
-                    eos_token_id=tok.eos_token_id,
+                    eos_token_id=self.stop,
                 )
                 completions = gen[:, enc["input_ids"].shape[1] :]
                 out.extend(tok.batch_decode(completions, skip_special_tokens=True))

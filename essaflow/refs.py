@@ -96,6 +96,8 @@ class EvalRef(Ref):
     """greedy and pass@k."""
     num_problems: int
     samples_per_problem: int
+    truncated_share: float = 0.0
+    """Share of the sampled completions that hit sampling.max_new_tokens (warned above 10%)."""
 
 
 class RegisteredRef(Ref):

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from essaflow.usage import Usage
+
 MetricsCallback = Callable[[dict[str, Any]], None]
 CheckpointCallback = Callable[[Path], None]
 
@@ -53,3 +55,8 @@ class TrainResult:
     worker_failures: int = 0
     """Workers lost during this call (ESSA: actor deaths, their candidates re-dispatched; GRPO: Ray Train
     worker-group restarts, each resumed from the latest checkpoint)."""
+    usage: Usage = field(default_factory=Usage)
+    """What this call's training cost: generated, forward and backward tokens, device-seconds (essaflow/usage.py)."""
+    truncated_share: float | None = None
+    """Share of the rollout completions that hit the length cap, over this call's steps (GRPO; None for ESSA,
+    whose fitness decodes are reported by the held-out evaluation)."""

@@ -6,6 +6,7 @@ Rewards are binary (1.0 / 0.0) by default, as both papers use (FGRPO-v2 sec. 5.2
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable
 
 from essaflow.registry import Registry
@@ -14,10 +15,28 @@ Reward = Callable[[str, str], float]
 REWARDS: Registry[Reward] = Registry("reward")
 register_reward = REWARDS.register
 """Decorator: make `fn(completion, reference) -> float` available as `name` in configs."""
-get_reward = REWARDS.get
-"""The reward registered as `name`; the error lists the known ones."""
 
-_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+def get_reward(name: str) -> Reward:
+    """The reward registered as `name`; the error lists the known ones."""
+    if name == AUTO_REWARD:
+        raise ValueError(
+            "eval.reward=auto is resolved from the data by the pipeline config (rewards.resolve_reward); "
+            "a standalone EvalConfig needs a concrete reward such as exact_match or math_verify"
+        )
+    return REWARDS.get(name)
+
+
+AUTO_REWARD = "auto"
+"""eval.reward: pick the reward from the data (`resolve_reward`)."""
+
+# A number with thousands separators only in groups of three (1,234 / 12,345,678.5), or plain digits.
+_NUM = r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?"
+_NUMBER = re.compile(rf"(?<![\d.,]){_NUM}(?![\d]|[.,]\d)")
+# The '####' line of a GSM8K answer: optional currency sign, the number, then anything that does not continue it
+# ('72 clips', '72.', '$1,000'), or a malformed one ('12,34', '4,2.') that must not be read as 1234 or 42.
+_HASH_NUMBER = re.compile(rf"^\$?\s*(?P<num>{_NUM})(?P<rest>.*)$")
+_CONTINUES_NUMBER = re.compile(r"^(?:[\d]|[.,]\d)")
 
 
 def last_boxed(text: str) -> str | None:
@@ -40,16 +59,38 @@ def last_boxed(text: str) -> str | None:
 
 
 def after_hashes(text: str) -> str | None:
-    """GSM8K convention: the answer follows the last '####'."""
+    """GSM8K convention: the answer on the line after the last '####'.
+
+    A number there is read alone and normalised ('#### 72 clips' -> '72', '#### 1,234' -> '1234', '#### $5.' ->
+    '5'); a malformed one ('12,34', '4,2.') gives None rather than a wrong number; anything else on the line is
+    returned as written ('(1, 2)', '\\frac{1}{2}'), for math-verify to judge.
+    """
     if "####" not in text:
         return None
-    return text.rsplit("####", 1)[1].strip().replace(",", "") or None
+    line = text.rsplit("####", 1)[1].strip().split("\n", 1)[0].strip()
+    if not line:
+        return None
+    m = _HASH_NUMBER.match(line)
+    if m is None:
+        return line
+    if _CONTINUES_NUMBER.match(m.group("rest")):
+        return None  # '12,34' or '4,2.': separators out of groups of three, never guessed at
+    return m.group("num").replace(",", "")
 
 
 def final_number(text: str) -> str | None:
-    """The last number in text, commas removed; None when there is none."""
+    """The last well-formed number in text (separators only in groups of three), commas removed; None if none."""
     found = _NUMBER.findall(text)
     return found[-1].replace(",", "") if found else None
+
+
+def resolve_reward(reward: str, source: str, adapter: str) -> str:
+    """eval.reward=auto -> the reward that matches the data: math_verify for GSM8K and MATH answers (equivalent
+    forms such as 0.5 and \\frac{1}{2} agree), exact_match for the synthetic task and plain files (answers as
+    written). Any other name passes through."""
+    if reward != AUTO_REWARD:
+        return reward
+    return "math_verify" if adapter in ("gsm8k", "math") else "exact_match"
 
 
 def extract_answer(text: str) -> str | None:
@@ -70,17 +111,21 @@ def exact_match(completion: str, reference: str) -> float:
 
 @register_reward("math_verify")
 def math_verify_reward(completion: str, reference: str) -> float:
-    """Math: extract the final answer and check symbolic equivalence with math-verify."""
+    """Math: extract the final answer (\\boxed{}, then '####', then the last number) and check symbolic
+    equivalence with math-verify (Hugging Face, PyPI `math-verify`; FGRPO-v2 sec. 5.2)."""
     from math_verify import parse, verify
 
     answer = extract_answer(completion)
     if answer is None:
         return 0.0
-    gold = parse(f"${reference}$")
-    pred = parse(f"${answer}$")
+    # math-verify's timeouts use signal.alarm, which only the main thread may set (Prefect tasks and Ray actors
+    # call rewards from other threads): there the parse runs without one.
+    timeout = 5 if threading.current_thread() is threading.main_thread() else None
+    gold = parse(f"${reference}$", parsing_timeout=timeout)
+    pred = parse(f"${answer}$", parsing_timeout=timeout)
     if not gold or not pred:
         return 1.0 if answer.strip() == reference.strip() else 0.0
-    return 1.0 if verify(gold, pred) else 0.0
+    return 1.0 if verify(gold, pred, timeout_seconds=timeout) else 0.0
 
 
 @register_reward("final_number")

@@ -1,21 +1,30 @@
 """Generation behind one interface: `generate(prompts, n, temperature, top_p, max_new_tokens, seed)`.
 
 The transformers backend batches everything (the tiny model runs ~50x faster at batch 512 than at batch 1),
-pads on the left, uses the KV cache and stops at EOS. The vLLM backend is used when vLLM is installed and a GPU is
+pads on the left, uses the KV cache and stops at every EOS id (generation_config's and the tokenizer's). Prompts arrive
+raw; each generator renders them with its `PromptFormat` (chat template, system prompt, BOS once:
+essaflow/prompt_format.py). The vLLM backend is used when vLLM is installed and a GPU is
 present; it is imported lazily so CPU machines never need it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Literal, Protocol
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
 
 import torch
 from pydantic import Field
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from essaflow.config_base import StrictConfig, trajectory
+from essaflow.prompt_format import PromptFormat, left_pad, prompt_ids, stop_ids
+
+DEFAULT_MAX_NEW_TOKENS = 512
+"""sampling.max_new_tokens unless set: room for a worked solution of a real model."""
+TINY_MAX_NEW_TOKENS = 8
+"""sampling.max_new_tokens for the built-in tiny model when left unset (its answers are <= 5 characters + EOS)."""
 
 
 class SamplingConfig(StrictConfig):
@@ -29,8 +38,11 @@ class SamplingConfig(StrictConfig):
     """Sampling temperature; 0 means greedy."""
     top_p: float = trajectory(1.0, gt=0.0, le=1.0)
     """Nucleus sampling mass."""
-    max_new_tokens: int = trajectory(8, ge=1)
-    """Completion length cap."""
+    max_new_tokens: int = trajectory(DEFAULT_MAX_NEW_TOKENS, ge=1)
+    """Completion length cap, sized for real models: GSM8K worked solutions run ~100-300 BPE tokens. The built-in
+    tiny model (answers of at most 5 characters) gets TINY_MAX_NEW_TOKENS when this is left unset, and its presets
+    set 6. Evaluation and GRPO report the share of completions that hit the cap (`truncated_share`) and warn
+    above 10%."""
     batch_size: int = Field(512, ge=1)
     """Sequences generated per forward batch."""
 
@@ -44,28 +56,70 @@ class Rollout:
     completion_ids: torch.Tensor  # [B, C] right padded with pad after EOS
     completion_mask: torch.Tensor  # [B, C] 1 up to and including EOS
     texts: list[str]
+    truncated: list[bool] = field(default_factory=list)
+    """Per row: no stop id within the cap (the completion hit max_new_tokens)."""
 
 
-def mask_after_eos(completion: torch.Tensor, eos_id: int, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """[B, C] generated ids -> (ids with every token after the first EOS set to pad, mask 1 up to and incl. it).
+@dataclass
+class Samples:
+    """n completions per prompt, in prompt order, and which of them hit the length cap."""
 
-    A row without EOS (truncated at the length cap) keeps all its tokens.
+    texts: list[list[str]]
+    truncated: list[list[bool]]
+
+    def truncated_share(self) -> float:
+        flat = [t for row in self.truncated for t in row]
+        return sum(flat) / max(len(flat), 1)
+
+
+def mask_after_eos(
+    completion: torch.Tensor, eos_id: int | Sequence[int], pad_id: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """[B, C] generated ids -> (ids with every token after the first stop id set to pad, mask 1 up to and incl.
+    it). eos_id: one id or all of them (generation_config and tokenizer, `prompt_format.stop_ids`).
+
+    A row without a stop id (truncated at the length cap) keeps all its tokens.
     """
-    is_eos = completion == eos_id
+    is_eos = is_stop(completion, eos_id)
     after_eos = (is_eos.cumsum(dim=1) - is_eos.long()) > 0
     return completion.masked_fill(after_eos, pad_id), (~after_eos).long()
 
 
-def to_rollout(
-    tokenizer: PreTrainedTokenizerBase, enc: Mapping[str, torch.Tensor], completion: torch.Tensor
-) -> Rollout:
-    """The Rollout of raw generated ids: masked after the first EOS, decoded without special tokens.
+def is_stop(ids: torch.Tensor, stop: int | Sequence[int]) -> torch.Tensor:
+    """Boolean mask of the positions holding any stop id."""
+    stop_list = [stop] if isinstance(stop, int) else list(stop)
+    return torch.isin(ids, torch.tensor(stop_list, dtype=ids.dtype, device=ids.device))
 
-    enc: the tokenizer's left-padded encoding of the prompts (input_ids, attention_mask), one row per completion.
+
+def model_stop_ids(model: Any, tokenizer: PreTrainedTokenizerBase) -> list[int]:
+    """Every EOS id of the model's generation_config and of the tokenizer (a PeftModel forwards the attribute)."""
+    return stop_ids(tokenizer, getattr(model, "generation_config", None))
+
+
+def encode_prompts(
+    tokenizer: PreTrainedTokenizerBase, prompts: list[str], fmt: PromptFormat
+) -> dict[str, torch.Tensor]:
+    """Raw prompts -> left-padded input_ids and attention_mask, rendered and BOS'd by `prompt_format`."""
+    ids, mask = left_pad(prompt_ids(tokenizer, prompts, fmt), tokenizer.pad_token_id)
+    return {"input_ids": torch.tensor(ids, dtype=torch.long), "attention_mask": torch.tensor(mask, dtype=torch.long)}
+
+
+def to_rollout(
+    tokenizer: PreTrainedTokenizerBase,
+    enc: Mapping[str, torch.Tensor],
+    completion: torch.Tensor,
+    stop: Sequence[int] | None = None,
+) -> Rollout:
+    """The Rollout of raw generated ids: masked after the first stop id, decoded without special tokens.
+
+    enc: the left-padded encoding of the prompts (input_ids, attention_mask), one row per completion.
+    stop: every stop id (default: the tokenizer's EOS alone).
     """
-    completion, mask = mask_after_eos(completion, tokenizer.eos_token_id, tokenizer.pad_token_id)
+    stop = list(stop) if stop else [tokenizer.eos_token_id]
+    truncated = (~is_stop(completion, stop).any(dim=1)).tolist()
+    completion, mask = mask_after_eos(completion, stop, tokenizer.pad_token_id)
     texts = tokenizer.batch_decode(completion, skip_special_tokens=True)
-    return Rollout(enc["input_ids"], enc["attention_mask"], completion, mask, texts)
+    return Rollout(enc["input_ids"], enc["attention_mask"], completion, mask, texts, truncated)
 
 
 class Generator(Protocol):
@@ -75,20 +129,55 @@ class Generator(Protocol):
         n: int = 1,
         temperature: float = 1.0,
         top_p: float = 1.0,
-        max_new_tokens: int = 8,
+        max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
         seed: int = 0,
     ) -> list[list[str]]:
-        """n completions per prompt, in prompt order."""
+        """n completions per raw prompt, in prompt order (the generator applies its PromptFormat)."""
         ...
 
 
-class TransformersGenerator:
-    """Batched HF `generate` on CPU or GPU."""
+TRUNCATION_WARN_SHARE = 0.10
+"""Above this share of completions hitting max_new_tokens, evaluation and GRPO warn: the cap, not the model,
+is then deciding many rewards."""
 
-    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, batch_size: int = 512):
+_log = logging.getLogger(__name__)
+
+
+def warn_if_truncated(share: float, where: str, cap: int) -> bool:
+    """Log a warning when more than TRUNCATION_WARN_SHARE of completions hit the cap; True when it warned."""
+    if share <= TRUNCATION_WARN_SHARE:
+        return False
+    _log.warning(
+        "%s: %.0f%% of completions hit the length cap (%d new tokens) without an EOS; raise the cap "
+        "(sampling.max_new_tokens / grpo.max_new_tokens) or check the chat template and EOS ids",
+        where, 100 * share, cap,
+    )  # fmt: skip
+    return True
+
+
+def sample_completions(generator: Any, prompts: list[str], n: int, **kw: Any) -> Samples:
+    """`generator.sample` when it has one (ours do), else its texts with no truncation known (test doubles)."""
+    if hasattr(generator, "sample"):
+        return generator.sample(prompts, n=n, **kw)
+    texts = generator.generate(prompts, n=n, **kw)
+    return Samples(texts, [[False] * len(row) for row in texts])
+
+
+class TransformersGenerator:
+    """Batched HF `generate` on CPU or GPU: raw prompts formatted by `fmt`, stopping at every EOS id."""
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        batch_size: int = 512,
+        fmt: PromptFormat | None = None,
+    ):
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
+        self.fmt = fmt if fmt is not None else PromptFormat()
+        self.stop = model_stop_ids(model, tokenizer)
 
     @torch.no_grad()
     def rollout(
@@ -96,14 +185,14 @@ class TransformersGenerator:
         prompts: list[str],
         temperature: float = 1.0,
         top_p: float = 1.0,
-        max_new_tokens: int = 8,
+        max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
         seed: int = 0,
     ) -> Rollout:
         """One completion per given prompt (repeat prompts for groups), with token ids and masks."""
         tok = self.tokenizer
         device = next(self.model.parameters()).device
         torch.manual_seed(seed)
-        enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False, padding_side="left")
+        enc = encode_prompts(tok, prompts, self.fmt)
         outs = []
         for start in range(0, len(prompts), self.batch_size):
             ids = enc["input_ids"][start : start + self.batch_size].to(device)
@@ -118,14 +207,28 @@ class TransformersGenerator:
                 top_k=0 if sample else None,
                 max_new_tokens=max_new_tokens,
                 pad_token_id=tok.pad_token_id,
-                eos_token_id=tok.eos_token_id,
+                eos_token_id=self.stop,
             )
             outs.append(gen[:, ids.shape[1] :].cpu())
         width = max(o.shape[1] for o in outs)
         completion = torch.cat(
             [torch.nn.functional.pad(o, (0, width - o.shape[1]), value=tok.pad_token_id) for o in outs]
         )
-        return to_rollout(tok, enc, completion)
+        return to_rollout(tok, enc, completion, self.stop)
+
+    def sample(
+        self,
+        prompts: list[str],
+        n: int = 1,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+        seed: int = 0,
+    ) -> Samples:
+        expanded = [p for p in prompts for _ in range(n)]
+        r = self.rollout(expanded, temperature, top_p, max_new_tokens, seed)
+        rows = range(len(prompts))
+        return Samples([r.texts[i * n : (i + 1) * n] for i in rows], [r.truncated[i * n : (i + 1) * n] for i in rows])
 
     def generate(
         self,
@@ -133,21 +236,58 @@ class TransformersGenerator:
         n: int = 1,
         temperature: float = 1.0,
         top_p: float = 1.0,
-        max_new_tokens: int = 8,
+        max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
         seed: int = 0,
     ) -> list[list[str]]:
-        expanded = [p for p in prompts for _ in range(n)]
-        texts = self.rollout(expanded, temperature, top_p, max_new_tokens, seed).texts
-        return [texts[i * n : (i + 1) * n] for i in range(len(prompts))]
+        return self.sample(prompts, n, temperature, top_p, max_new_tokens, seed).texts
 
 
 class VLLMGenerator:
-    """vLLM backend (GPU). The model directory must hold a merged checkpoint (base + merged LoRA)."""
+    """vLLM backend (GPU). The model directory must hold a merged checkpoint (base + merged LoRA) and its tokenizer.
 
-    def __init__(self, model_dir: str, dtype: str = "bfloat16", gpu_memory_utilization: float = 0.5):
+    Prompts are rendered and tokenised by `prompt_format` with the checkpoint's own HF tokenizer and handed to
+    vLLM as token ids, so both backends see identical prompts; every EOS id is a stop id.
+    """
+
+    def __init__(
+        self,
+        model_dir: str,
+        dtype: str = "bfloat16",
+        gpu_memory_utilization: float = 0.5,
+        fmt: PromptFormat | None = None,
+    ):
+        from transformers import AutoTokenizer, GenerationConfig
         from vllm import LLM  # imported lazily: optional GPU-only dependency
 
+        self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        try:
+            gen_cfg = GenerationConfig.from_pretrained(model_dir)
+        except OSError:  # no generation_config.json: the tokenizer's EOS alone
+            gen_cfg = None
+        self.stop = stop_ids(self.tokenizer, gen_cfg)
+        self.fmt = fmt if fmt is not None else PromptFormat()
         self.llm = LLM(model=model_dir, dtype=dtype, gpu_memory_utilization=gpu_memory_utilization)
+
+    def sample(
+        self,
+        prompts: list[str],
+        n: int = 1,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+        seed: int = 0,
+    ) -> Samples:
+        from vllm import SamplingParams
+
+        params = SamplingParams(
+            n=n, temperature=temperature, top_p=top_p, max_tokens=max_new_tokens, seed=seed, stop_token_ids=self.stop
+        )
+        inputs = [{"prompt_token_ids": ids} for ids in prompt_ids(self.tokenizer, prompts, self.fmt)]
+        outs = self.llm.generate(inputs, params)
+        return Samples(
+            [[o.text for o in r.outputs] for r in outs],
+            [[o.finish_reason == "length" for o in r.outputs] for r in outs],
+        )
 
     def generate(
         self,
@@ -155,13 +295,10 @@ class VLLMGenerator:
         n: int = 1,
         temperature: float = 1.0,
         top_p: float = 1.0,
-        max_new_tokens: int = 8,
+        max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
         seed: int = 0,
     ) -> list[list[str]]:
-        from vllm import SamplingParams
-
-        params = SamplingParams(n=n, temperature=temperature, top_p=top_p, max_tokens=max_new_tokens, seed=seed)
-        return [[o.text for o in r.outputs] for r in self.llm.generate(prompts, params)]
+        return self.sample(prompts, n, temperature, top_p, max_new_tokens, seed).texts
 
 
 def resolve_backend(choice: str) -> str:

@@ -1,4 +1,10 @@
-"""LoRA supervised warm start: prompt -> answer, loss on answer tokens only (ESSA-v3 sec. 3.2 'Initialization')."""
+"""LoRA supervised warm start: prompt -> target, loss on target tokens only (ESSA-v3 sec. 3.2 'Initialization').
+
+The target is the worked solution when the source has one (sft.target=solution: GSM8K's answer text ending in
+'#### 72', MATH's solution with its \\boxed{}), else the reference answer. Prompts are rendered by
+`prompt_format` exactly as generation renders them, and the target closes the assistant's turn the way the chat
+template does (e.g. with <|im_end|>), so the adapter learns to stop where generation stops.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from peft import PeftModel
@@ -15,7 +22,8 @@ from transformers import PreTrainedTokenizerBase
 
 from essaflow.config_base import StrictConfig
 from essaflow.data.schema import Problem
-from essaflow.tiny_model import answer_only_batch
+from essaflow.prompt_format import PromptFormat, prompt_ids, target_ids
+from essaflow.sampling import model_stop_ids
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +41,9 @@ class SFTConfig(StrictConfig):
     """AdamW weight decay."""
     seed: int = 0
     """Seed for LoRA init and batch order."""
+    target: Literal["solution", "answer"] = "solution"
+    """What SFT trains on: the source's worked solution where a problem has one (else its answer), or the bare
+    reference answer. Either way the reward judges only the final answer."""
 
 
 @dataclass
@@ -49,10 +60,20 @@ def train_sft(
     problems: list[Problem],
     cfg: SFTConfig,
     on_step: Callable[[int, float], None] | None = None,
+    fmt: PromptFormat | None = None,
 ) -> SFTResult:
-    """Train only the LoRA parameters with AdamW on shuffled minibatches of the SFT split."""
+    """Train only the LoRA parameters with AdamW on shuffled minibatches of the SFT split.
+
+    fmt: how prompts are rendered (data.prompt_format()); None = the defaults (the tokenizer's chat template
+    when it has one, no system prompt)."""
     if not problems:
         raise ValueError("SFT split is empty: raise data.sft_fraction or supply more problems")
+    fmt = fmt or PromptFormat()
+    stop = model_stop_ids(model, tokenizer)
+    with_solution = sum(p.solution is not None for p in problems)
+    if cfg.target == "solution" and with_solution < len(problems):
+        log.info("SFT target: %d of %d problems have a worked solution; the rest train on their answer",
+                 with_solution, len(problems))  # fmt: skip
     torch.manual_seed(cfg.seed)
     rng = random.Random(cfg.seed)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -67,7 +88,7 @@ def train_sft(
             order = problems[:]
             rng.shuffle(order)
         batch, order = order[: cfg.batch_size], order[cfg.batch_size :]
-        inputs = answer_only_batch(tokenizer, [p.prompt for p in batch], [p.answer for p in batch])
+        inputs = sft_batch(tokenizer, batch, cfg.target, fmt, stop)
         loss = model(**{k: v.to(device) for k, v in inputs.items()}).loss
         opt.zero_grad()
         loss.backward()
@@ -80,3 +101,30 @@ def train_sft(
     wall = time.perf_counter() - start
     log.info("SFT %d steps in %.1fs, final loss %.3f", cfg.steps, wall, losses[-1])
     return SFTResult(steps=cfg.steps, final_loss=losses[-1], wall_s=round(wall, 2), losses=losses)
+
+
+def sft_target(problem: Problem, target: str) -> str:
+    """The text SFT teaches for `problem`: its solution (sft.target=solution, when it has one) or its answer."""
+    return problem.solution if target == "solution" and problem.solution else problem.answer
+
+
+def sft_batch(
+    tokenizer: PreTrainedTokenizerBase, problems: list[Problem], target: str, fmt: PromptFormat, stop: list[int]
+) -> dict[str, torch.Tensor]:
+    """Right-padded `prompt ids + target ids` with labels only on the target (-100 on prompt and padding).
+
+    Prompt ids come from `prompt_format.prompt_ids` (the ids generation feeds), target ids from
+    `prompt_format.target_ids` (the answer and the turn's end: <|im_end|> under a chat template, else EOS).
+    """
+    prompts = [p.prompt for p in problems]
+    heads = prompt_ids(tokenizer, prompts, fmt)
+    tails = [target_ids(tokenizer, p.prompt, sft_target(p, target), fmt, stop) for p in problems]
+    width = max(len(h) + len(t) for h, t in zip(heads, tails))
+    ids = torch.full((len(problems), width), tokenizer.pad_token_id, dtype=torch.long)
+    labels = torch.full((len(problems), width), -100, dtype=torch.long)
+    mask = torch.zeros((len(problems), width), dtype=torch.long)
+    for i, (h, t) in enumerate(zip(heads, tails)):
+        ids[i, : len(h) + len(t)] = torch.tensor(h + t)
+        labels[i, len(h) : len(h) + len(t)] = torch.tensor(t)
+        mask[i, : len(h) + len(t)] = 1
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}

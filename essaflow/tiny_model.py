@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import random
 import time
 from dataclasses import asdict, dataclass, field
@@ -22,6 +21,7 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from essaflow.atomic_dir import atomic_dir, committed_manifest
+from essaflow.cache_dir import cache_root
 from essaflow.data.synthetic import ALPHABET, synthetic_problems
 
 log = logging.getLogger(__name__)
@@ -134,10 +134,6 @@ def build_tiny_base(out_dir: Path, recipe: TinyRecipe = TinyRecipe()) -> Path:
         }
         (tmp / "essaflow_recipe.json").write_text(json.dumps(meta, indent=2))
     return out_dir
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("ESSAFLOW_CACHE_DIR", Path.home() / ".cache" / "essaflow"))
 
 
 def tiny_base_path(recipe: TinyRecipe = TinyRecipe()) -> Path:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from essaflow.config import ModelConfig, PipelineConfig, SamplingConfig
+from essaflow.config import DataConfig, ModelConfig, PipelineConfig, SamplingConfig
 from essaflow.evaluation import EvalReport, plot_pass_at_k
 from essaflow.secrets import is_secret, safe_uri, scrub  # safe_uri, scrub: also imported from here (cli, tasks)
 
@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 RUN_TAG = "essaflow.run_id"
 FAILURE_TAG = "essaflow.failure"  # why a failed run failed (stage: error), removed when it is resumed
 PYFUNC_SOURCE = Path(__file__).with_name("pyfunc_model.py")
+PROMPT_FORMAT_SOURCE = Path(__file__).with_name("prompt_format.py")  # imported by the pyfunc model (stdlib only)
 CHAMPION, CHALLENGER = "champion", "challenger"
 #: A local base checkpoint at most this large is copied into the registered model, so it loads anywhere.
 EMBED_BASE_MAX_BYTES = 512 * 1024 * 1024
@@ -236,10 +237,11 @@ def log_eval(run: TrackedRun, label: str, report: EvalReport) -> None:
     now = int(time.time() * 1000)
     c = client(run.tracking_uri)
     have = c.get_run(run.run_id).data.metrics  # a resumed run evaluates again: one point per metric all the same
-    metrics = [Metric(f"eval.{label}.{metric_key(k)}", float(v), now, 0) for k, v in report.summary().items()]
+    metrics = [Metric(f"eval.{label}.{metric_key(k)}", float(v), now, 0) for k, v in report.metrics().items()]
     if metrics := [m for m in metrics if m.key not in have]:
         c.log_batch(run.run_id, metrics=metrics)
     body = json.loads(report.to_json())
+    body.pop("samples", None)  # completions live in the stored samples.jsonl.gz, not in the tracking server
     c.log_dict(run.run_id, body, f"eval/{label}/passk.json")
     with tempfile.TemporaryDirectory() as tmp:
         png = plot_pass_at_k({label: report}, Path(tmp) / "passk.png")
@@ -282,10 +284,20 @@ def _dir_bytes(path: Path) -> int:
 
 
 def log_adapter_model(
-    run: TrackedRun, adapter_dir: Path, model_cfg: ModelConfig, base_dir: str | None, sampling: SamplingConfig
+    run: TrackedRun,
+    adapter_dir: Path,
+    model_cfg: ModelConfig,
+    base_dir: str | None,
+    sampling: SamplingConfig,
+    data: DataConfig | None = None,
 ) -> str:
     """Save adapter (+ base checkpoint when local and small) as a pyfunc model under the run's `model/` artifact
-    path; returns the model's artifact URI (the registry source). Uses no global MLflow state."""
+    path; returns the model's artifact URI (the registry source). Uses no global MLflow state.
+
+    The model config stores the prompt template, chat template mode and system prompt of `data` (defaults when
+    None), and prompt_format.py is logged beside the model's code, so `predict` formats raw questions as
+    training did."""
+    data = data or DataConfig()
     import warnings
 
     import mlflow
@@ -300,6 +312,9 @@ def log_adapter_model(
         "dtype": model_cfg.dtype,
         "trust_remote_code": model_cfg.trust_remote_code,
         "max_new_tokens": sampling.max_new_tokens,
+        "prompt_template": data.prompt_template,
+        "chat_template": data.chat_template,
+        "system_prompt": data.system_prompt or "",
     }
     signature = infer_signature(
         ["12+7="], ["19"], params={"max_new_tokens": sampling.max_new_tokens, "temperature": 0.0}
@@ -313,6 +328,7 @@ def log_adapter_model(
             artifacts=artifacts,
             model_config=model_config,
             signature=signature,
+            code_paths=[str(PROMPT_FORMAT_SOURCE)],
             pip_requirements=["mlflow", "torch", "transformers", "peft", "safetensors"],
         )
         c.log_artifacts(run.run_id, str(Path(tmp) / "model"), "model")
@@ -348,8 +364,11 @@ def register_adapter(
     tags: dict[str, Any],
     metric: str,
     score: float,
+    data: DataConfig | None = None,
 ) -> Registration:
-    """Register the adapter once per pipeline run, then apply the promotion gate on `metric`."""
+    """Register the adapter once per pipeline run, then apply the promotion gate on `metric`.
+
+    `data` is the run's data config: the registered model stores its prompt formatting (see log_adapter_model)."""
     from mlflow.exceptions import MlflowException
 
     c = client(run.tracking_uri)
@@ -360,7 +379,7 @@ def register_adapter(
             raise
     version = find_version(c, name, pipeline_run_id)
     if version is None:
-        source = log_adapter_model(run, adapter_dir, model_cfg, base_dir, sampling)
+        source = log_adapter_model(run, adapter_dir, model_cfg, base_dir, sampling, data)
         all_tags = {RUN_TAG: pipeline_run_id, "metric": metric, f"metric.{metric_key(metric)}": score, **tags}
         version = c.create_model_version(
             name,

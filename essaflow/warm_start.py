@@ -31,6 +31,7 @@ from essaflow.models import (
     resolve_device,
     save_adapter,
 )
+from essaflow.prompt_format import PromptFormat
 from essaflow.quantization import check_supported, quantize_base
 from essaflow.sampling import TransformersGenerator, VLLMGenerator, resolve_backend
 from essaflow.sft import train_sft
@@ -44,10 +45,11 @@ def prepare_splits(cfg: DataConfig) -> Splits:
     return split_problems(load_problems(cfg), cfg.eval_size, cfg.sft_fraction)
 
 
-def sft_key(model: ModelConfig, sft: SFTConfig, problems: list[Problem]) -> str:
+def sft_key(model: ModelConfig, sft: SFTConfig, problems: list[Problem], fmt: PromptFormat | None = None) -> str:
     blob = json.dumps(
         [
             model_identity(model),
+            (fmt or PromptFormat()).to_dict(),  # the chat template and system prompt change what SFT sees
             # execution details, not inputs (SFT trains on the full-precision base whatever model.quantization says)
             model.model_dump(exclude={"torch_threads", "device", "quantization"}),
             sft.model_dump(),
@@ -58,11 +60,19 @@ def sft_key(model: ModelConfig, sft: SFTConfig, problems: list[Problem]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def train_sft_adapter(model_cfg: ModelConfig, sft_cfg: SFTConfig, problems: list[Problem], out_dir: Path) -> Path:
-    """Train a LoRA SFT adapter and write it (safetensors + tokenizer) to out_dir atomically."""
+def train_sft_adapter(
+    model_cfg: ModelConfig,
+    sft_cfg: SFTConfig,
+    problems: list[Problem],
+    out_dir: Path,
+    fmt: PromptFormat | None = None,
+) -> Path:
+    """Train a LoRA SFT adapter and write it (safetensors + tokenizer) to out_dir atomically.
+
+    fmt: data.prompt_format() of the run (None: the defaults), the same one evaluation and training use."""
     tok = load_tokenizer(model_cfg)
     model = attach_lora(load_base_model(model_cfg), model_cfg, seed=sft_cfg.seed)
-    result = train_sft(model, tok, problems, sft_cfg)
+    result = train_sft(model, tok, problems, sft_cfg, fmt=fmt)
     with atomic_dir(out_dir) as tmp:  # manifest.json last; an older copy is kept until this one is in place
         save_adapter(model, tmp, tok)
         (tmp / "sft_result.json").write_text(
@@ -75,10 +85,11 @@ def cached_sft_adapter(cfg: PipelineConfig, splits: Splits) -> Path:
     """The SFT adapter for this config: cfg.adapter_uri if given, else trained once and cached by hash."""
     if cfg.adapter_uri:
         return Path(cfg.adapter_uri.removeprefix("file://"))
-    target = cache_root() / "sft" / sft_key(cfg.model, cfg.sft, splits.sft)
+    fmt = cfg.data.prompt_format()
+    target = cache_root() / "sft" / sft_key(cfg.model, cfg.sft, splits.sft, fmt)
     if committed_manifest(target, legacy_marker="sft_result.json") is None:
         log.info("training SFT warm start -> %s", target)
-        train_sft_adapter(cfg.model, cfg.sft, splits.sft, target)
+        train_sft_adapter(cfg.model, cfg.sft, splits.sft, target, fmt)
     return target
 
 
@@ -88,8 +99,11 @@ def evaluate_adapter(
     problems: list[Problem],
     eval_cfg: EvalConfig,
     sampling: SamplingConfig,
+    fmt: PromptFormat | None = None,
 ) -> EvalReport:
     """pass@k of base (+ adapter) on problems, with the sampling.backend engine (vLLM serves a merged copy).
+
+    fmt: how prompts are rendered (data.prompt_format() of the run; None: the defaults), as in SFT and training.
 
     The transformers backend runs on a base quantised as model.quantization says (essaflow.quantization); vLLM
     serves the merged full-precision copy (its own quantisation is out of scope here).
@@ -99,10 +113,10 @@ def evaluate_adapter(
             log.warning("model.quantization=%s is not applied by the vLLM backend", model_cfg.quantization)
         with tempfile.TemporaryDirectory(prefix="essaflow-merged-") as tmp:
             merged = export_merged(model_cfg, adapter_dir, Path(tmp) / "model")
-            generator = VLLMGenerator(str(merged), dtype=model_cfg.dtype)
+            generator = VLLMGenerator(str(merged), dtype=model_cfg.dtype, fmt=fmt)
             return evaluate(generator, problems, eval_cfg, sampling)
     model, tok = load_model_with_adapter(model_cfg, adapter_dir)
-    return evaluate_model(model, tok, problems, eval_cfg, sampling)
+    return evaluate_model(model, tok, problems, eval_cfg, sampling, fmt)
 
 
 def evaluate_output(
@@ -112,12 +126,13 @@ def evaluate_output(
     problems: list[Problem],
     eval_cfg: EvalConfig,
     sampling: SamplingConfig,
+    fmt: PromptFormat | None = None,
 ) -> EvalReport:
     """pass@k of a trained policy: a LoRA adapter on the base (output_kind lora) or a full checkpoint (full)."""
     if output_kind == "lora":
-        return evaluate_adapter(model_cfg, output_dir, problems, eval_cfg, sampling)
+        return evaluate_adapter(model_cfg, output_dir, problems, eval_cfg, sampling, fmt)
     if resolve_backend(sampling.backend) == "vllm":
-        return evaluate(VLLMGenerator(str(output_dir), dtype=model_cfg.dtype), problems, eval_cfg, sampling)
+        return evaluate(VLLMGenerator(str(output_dir), dtype=model_cfg.dtype, fmt=fmt), problems, eval_cfg, sampling)
     from transformers import AutoModelForCausalLM
 
     device = resolve_device(model_cfg.device)
@@ -125,7 +140,7 @@ def evaluate_output(
     model = AutoModelForCausalLM.from_pretrained(output_dir, dtype=getattr(torch, model_cfg.dtype)).eval()
     model = model.to(device)
     quantize_base(model, model_cfg.quantization)
-    return evaluate_model(model, load_tokenizer(model_cfg), problems, eval_cfg, sampling)
+    return evaluate_model(model, load_tokenizer(model_cfg), problems, eval_cfg, sampling, fmt)
 
 
 def evaluate_model(
@@ -134,5 +149,6 @@ def evaluate_model(
     problems: list[Problem],
     eval_cfg: EvalConfig,
     sampling: SamplingConfig,
+    fmt: PromptFormat | None = None,
 ) -> EvalReport:
-    return evaluate(TransformersGenerator(model, tok, sampling.batch_size), problems, eval_cfg, sampling)
+    return evaluate(TransformersGenerator(model, tok, sampling.batch_size, fmt), problems, eval_cfg, sampling)

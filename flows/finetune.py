@@ -11,6 +11,7 @@ from prefect import flow
 
 from essaflow.config import PipelineConfig
 from essaflow.refs import PipelineResult
+from flows.parameters import ESSAPipelineConfig, FGRPOPipelineConfig
 from tasks.data import prepare_dataset
 from tasks.evaluation import evaluate
 from tasks.model import build_base_model
@@ -37,6 +38,32 @@ def finetune(config: PipelineConfig = PipelineConfig(), resume: str | None = Non
     after = evaluate(config, dataset, tuned, "tuned", run)
     model = register(config, dataset, base, tuned, before, after, run)
     return close_run(run, dataset, base, sft, tuned, before, after, model)
+
+
+# One flow per deployment (prefect.yaml), so each form holds only its method's settings and its preset's values;
+# the same flow name, so every run of the pipeline is a run of `finetune`. `.fn` runs the body, not a subflow.
+
+
+@flow(name="finetune", on_failure=[mark_failed], on_crashed=[mark_failed])
+def finetune_essa(config: ESSAPipelineConfig = ESSAPipelineConfig(), resume: str | None = None) -> PipelineResult:
+    """The finetune pipeline with ESSA: SFT warm start, then a search over the SVD-LoRA singular values.
+
+    Args:
+        config: configs/tiny-essa.yaml; what you change overrides it, as `essaflow run --set` does.
+        resume: Continue a failed run from its newest checkpoint: its run id, or "last" (the newest failed run).
+    """
+    return finetune.fn(config.pipeline(), resume)
+
+
+@flow(name="finetune", on_failure=[mark_failed], on_crashed=[mark_failed])
+def finetune_fgrpo(config: FGRPOPipelineConfig = FGRPOPipelineConfig(), resume: str | None = None) -> PipelineResult:
+    """The finetune pipeline with F-GRPO: SFT warm start, then focal-weighted GRPO.
+
+    Args:
+        config: configs/tiny-fgrpo.yaml; what you change overrides it, as `essaflow run --set` does.
+        resume: Continue a failed run from its newest checkpoint: its run id, or "last" (the newest failed run).
+    """
+    return finetune.fn(config.pipeline(), resume)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,8 @@ from prefect import get_run_logger, task
 
 from essaflow.artifacts import config_hash, dataset_name, publish_dataset
 from essaflow.config import DataConfig
+from essaflow.data import source_fingerprint
+from essaflow.data.fingerprint import READER_VERSION
 from essaflow.refs import DatasetRef
 from essaflow.storage import MANIFEST, StorageError, open_store
 from essaflow.timing import Timer
@@ -22,7 +24,11 @@ DATASET_FORMAT = 1  # bump when the stored layout changes, so old cache entries 
 
 
 def same_data_config(context: Any, parameters: dict[str, Any]) -> str:
-    """Cache key: the same data config written to the same store is the same dataset (a cache hit).
+    """Cache key: the same data config and the same source bytes, written to the same store, are the same dataset.
+
+    The source's content (essaflow.data.source_fingerprint: file digest, S3 ETag, hub commit) is in the key, so a
+    file changed in place is a new key and a fresh dataset; unchanged bytes are a cache hit. A source that cannot
+    be fingerprinted now (unreachable, missing) gets a key of its own, so the task runs and reports the problem.
 
     Unless the cached dataset has vanished from the store (a wiped bucket, a fresh server): then the key is new for
     this once, the task runs and republishes the identical content-addressed artifact, and the old entry is valid
@@ -30,7 +36,11 @@ def same_data_config(context: Any, parameters: dict[str, Any]) -> str:
     """
     data: DataConfig = parameters["data"]
     where = hashlib.sha256(parameters["storage_uri"].encode()).hexdigest()[:12]
-    key = f"prepare-dataset-v{DATASET_FORMAT}-{config_hash(data)}-{where}"
+    try:
+        content = source_fingerprint(data)
+    except Exception:  # the task itself reads the source and raises the clear error
+        content = f"unread-{uuid.uuid4().hex[:8]}"
+    key = f"prepare-dataset-v{DATASET_FORMAT}.{READER_VERSION}-{config_hash(data)}-{content}-{where}"
     store = getattr(context, "result_store", None)
     if store is not None and store.exists(key) and not _still_stored(store, key):
         return f"{key}-republish-{uuid.uuid4().hex[:8]}"

@@ -11,6 +11,7 @@ from prefect.artifacts import create_table_artifact
 from essaflow import tracking
 from essaflow.artifacts import fetch_dir, publish_eval, read_dataset
 from essaflow.config import EvalConfig, ModelConfig, PipelineConfig, SamplingConfig
+from essaflow.prompt_format import PromptFormat
 from essaflow.refs import AdapterRef, DatasetRef, EvalRef, RunRef
 from essaflow.storage import open_store
 from essaflow.timing import Timer
@@ -24,7 +25,8 @@ def _protocol(eval_cfg: EvalConfig, sampling: SamplingConfig) -> dict:
 
 
 def _table(ref: EvalRef) -> list[dict]:
-    return [{"metric": k, "value": round(v, 4)} for k, v in ref.summary.items()]
+    rows = [{"metric": k, "value": round(v, 4)} for k, v in ref.summary.items()]
+    return [*rows, {"metric": "truncated_share", "value": round(ref.truncated_share, 4)}]
 
 
 @task(
@@ -42,11 +44,12 @@ def evaluate(
         splits = read_dataset(dataset)
         adapter_dir = fetch_dir(adapter.uri, adapter.digest) if adapter is not None else None
     with timer.part("compute"):
+        fmt = config.data.prompt_format()
         if adapter_dir is None:
-            report = evaluate_adapter(config.model, None, splits.eval, config.eval, config.sampling)
+            report = evaluate_adapter(config.model, None, splits.eval, config.eval, config.sampling, fmt)
         else:
             report = evaluate_output(
-                config.model, adapter_dir, adapter.output_kind, splits.eval, config.eval, config.sampling
+                config.model, adapter_dir, adapter.output_kind, splits.eval, config.eval, config.sampling, fmt
             )
     with timer.part("storage"):
         ref = publish_eval(open_store(run.storage_uri), run, label, report, _protocol(config.eval, config.sampling))
@@ -86,8 +89,11 @@ def evaluate_registered(
             dtype=mc.get("dtype", "float32"),
             trust_remote_code=bool(mc.get("trust_remote_code", False)),
         )
+        # the prompt formatting the version stores (how it was trained), as its predict applies it
+        fmt = PromptFormat(chat_template=mc.get("chat_template", "auto"), system_prompt=mc.get("system_prompt") or None)
         with timer.part("compute"):
-            report = evaluate_adapter(model_cfg, Path(files["artifacts"]["adapter"]), splits.eval, eval_cfg, sampling)
+            adapter_dir = Path(files["artifacts"]["adapter"])
+            report = evaluate_adapter(model_cfg, adapter_dir, splits.eval, eval_cfg, sampling, fmt)
     with timer.part("storage"):
         ref = publish_eval(open_store(run.storage_uri), run, label, report, _protocol(eval_cfg, sampling))
     with timer.part("tracking"):

@@ -10,6 +10,7 @@ from essaflow import tracking
 from essaflow.artifacts import fetch_dir, read_eval_report
 from essaflow.config import PipelineConfig
 from essaflow.refs import AdapterRef, DatasetRef, EvalRef, ModelRef, RegisteredRef, RunRef
+from essaflow.registered_protocol import protocol_tags
 from essaflow.timing import Timer
 from essaflow.training import method_tags
 from tasks.retry import retry_policy
@@ -48,6 +49,8 @@ def register(
         "pass_at_k": json.dumps({k: round(v, 4) for k, v in after.summary.items()}),
         "baseline_pass_at_k": json.dumps({k: round(v, 4) for k, v in before.summary.items()}),
         "eval_protocol": f"n={after.samples_per_problem} problems={after.num_problems} seed={config.eval.seed}",
+        # what `essaflow eval --model NAME` re-evaluates on by default (essaflow.registered_protocol)
+        **protocol_tags(config),
         "git_commit": tracking.git_commit(),
         "storage_run_uri": f"{run.storage_uri.rstrip('/')}/{run.run_prefix}",
         "prefect.flow_run_id": run.flow_run_id or "",
@@ -65,6 +68,7 @@ def register(
             tags,
             metric,
             after.summary[metric],
+            data=config.data,
         )
     get_run_logger().info("registered %s v%s: %s", reg.name, reg.version, reg.decision)
     return RegisteredRef(

@@ -11,7 +11,7 @@ from typing import Any
 from prefect.tasks import exponential_backoff
 
 from essaflow.config import ConfigError
-from essaflow.data import BadRowsError
+from essaflow.data import DataError
 from essaflow.storage import StorageError
 from essaflow.tracking import TrackingError
 from tasks import failures
@@ -24,7 +24,7 @@ def transient_only(task: Any, task_run: Any, state: Any) -> bool:
     is noted in tasks.failures, so the report can name the first)."""
     try:
         state.result()
-    except (ConfigError, BadRowsError, TrackingError, ImportError) as e:
+    except (ConfigError, DataError, TrackingError, ImportError) as e:  # DataError: unreadable file, malformed rows
         failures.record(task_run, e)
         return False
     except StorageError as e:

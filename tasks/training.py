@@ -123,6 +123,7 @@ def train(config: PipelineConfig, dataset: DatasetRef, sft: AdapterRef, run: Run
             "bytes_per_update": result.bytes_per_update,
             "nodes_used": len(result.work_by_node),
             "worker_failures": result.worker_failures,
+            **result.usage.as_row("usage_"),  # generated/forward/backward tokens, device-seconds
         }
         if result.resumed_from is not None:
             summary["resumed_from"] = result.resumed_from

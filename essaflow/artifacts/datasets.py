@@ -33,12 +33,17 @@ def _problems_table(problems: list[Problem]):
     import pyarrow as pa
 
     rows = [
-        {"id": p.id, "prompt": p.prompt, "answer": p.answer, "metadata": json.dumps(p.metadata, sort_keys=True)}
+        {
+            "id": p.id,
+            "prompt": p.prompt,
+            "answer": p.answer,
+            "solution": p.solution,
+            "metadata": json.dumps(p.metadata, sort_keys=True),
+        }
         for p in problems
     ]
-    schema = pa.schema(
-        [("id", pa.string()), ("prompt", pa.string()), ("answer", pa.string()), ("metadata", pa.string())]
-    )
+    columns = ["id", "prompt", "answer", "solution", "metadata"]
+    schema = pa.schema([(c, pa.string()) for c in columns])
     return pa.Table.from_pylist(rows, schema=schema)
 
 

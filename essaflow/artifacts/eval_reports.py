@@ -1,4 +1,7 @@
-"""Evaluation reports in storage: runs/<run_id>/eval/<label>/{passk.json, samples.jsonl.gz, passk.png}."""
+"""Evaluation reports in storage: runs/<run_id>/eval/<label>/{passk.json, samples.jsonl.gz, passk.png}.
+
+samples.jsonl.gz holds one line per problem: the correct count out of n, and up to eval.samples_saved_per_problem
+completions with their reward and whether they hit the length cap, so anyone can read what the model wrote."""
 
 from __future__ import annotations
 
@@ -19,12 +22,9 @@ def publish_eval(store: ArtifactStore, run: RunRef, label: str, report: EvalRepo
     with tempfile.TemporaryDirectory(prefix="essaflow-eval-") as tmp:
         d = Path(tmp)
         body = {"label": label, **json.loads(report.to_json()), "protocol": protocol}
-        body.pop("correct_counts"), body.pop("problem_ids")
+        body.pop("correct_counts"), body.pop("problem_ids"), body.pop("samples")
         (d / "passk.json").write_text(json.dumps(body, indent=2, sort_keys=True))
-        lines = [
-            json.dumps({"id": pid, "n": report.samples_per_problem, "correct": c})
-            for pid, c in zip(report.problem_ids, report.correct_counts)
-        ]
+        lines = [json.dumps(row, ensure_ascii=False) for row in sample_lines(report)]
         with open(d / "samples.jsonl.gz", "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz:
             gz.write(("\n".join(lines) + "\n").encode())
         plot_pass_at_k({label: report}, d / "passk.png")
@@ -35,6 +35,7 @@ def publish_eval(store: ArtifactStore, run: RunRef, label: str, report: EvalRepo
         summary=report.summary(),
         num_problems=report.num_problems,
         samples_per_problem=report.samples_per_problem,
+        truncated_share=report.truncated_share,
     )
 
 
@@ -53,4 +54,18 @@ def read_eval_report(ref: EvalRef) -> EvalReport:
         problem_ids=[r["id"] for r in rows],
         wall_s=body.get("wall_s", 0.0),
         sequences_per_s=body.get("sequences_per_s", 0.0),
+        truncated_share=body.get("truncated_share", 0.0),
+        greedy_truncated_share=body.get("greedy_truncated_share", 0.0),
+        max_new_tokens=body.get("max_new_tokens", 0),
+        samples=[{k: v for k, v in r.items() if k not in ("n", "correct")} for r in rows if "completions" in r],
     )
+
+
+def sample_lines(report: EvalReport) -> list[dict]:
+    """One line per problem: id, n, correct (the counts pass@k came from), and, where the report kept them, the
+    prompt, reference, greedy completion and sampled completions with reward and truncation."""
+    kept = {row["id"]: row for row in report.samples}
+    return [
+        {"id": pid, "n": report.samples_per_problem, "correct": c, **kept.get(pid, {})}
+        for pid, c in zip(report.problem_ids, report.correct_counts)
+    ]

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from essaflow.config_base import StrictConfig
+from essaflow.config_base import StrictConfig, trajectory
+from essaflow.prompt_format import PromptFormat
+
+#: Our fields data.columns may map to a source column (solution: a worked solution, where the schema has one).
+MAPPABLE = ("id", "prompt", "answer", "solution")
 
 
 class SyntheticTaskConfig(StrictConfig):
@@ -44,11 +48,23 @@ class DataConfig(StrictConfig):
     adapter: Literal["plain", "gsm8k", "math"] = "plain"
     """How the answer column is read: as is, GSM8K (after '####'), MATH (last \\boxed{})."""
     columns: dict[str, str] = {}
-    """Column mapping from our names (id, prompt, answer) to the source's names, e.g. {prompt: question}."""
+    """Column mapping from our names (id, prompt, answer) to the source's names, e.g. {prompt: question}; wins over
+    the adapter's names."""
     prompt_template: str = "{prompt}"
     """Template applied to every prompt; '{prompt}' is replaced by the raw prompt."""
+    chat_template: Literal["auto", "always", "never"] = trajectory("auto")
+    """Wrap prompts in the tokenizer's chat template wherever they meet the model (SFT, ESSA scoring, GRPO
+    rollouts, evaluation, the registered model): auto = when the tokenizer has one (instruct checkpoints),
+    always = the tokenizer's or an error, never = the text as is (essaflow/prompt_format.py)."""
+    system_prompt: str | None = trajectory(None)
+    """System message before every user turn (e.g. "Reason step by step and put the final answer after
+    '####'."); without a chat template it is prepended as a paragraph. None: the template's own default."""
     on_bad_row: Literal["error", "drop"] = "error"
-    """Malformed rows: fail listing their row numbers (error) or drop them and count them (drop)."""
+    """Malformed rows: fail listing every one (file, line/row, column; error) or drop them and count them (drop). A
+    source with no rows, or none left after dropping, is an error either way (docs/data.md)."""
+    max_prompt_chars: int | None = Field(32_768, ge=1)
+    """Longest prompt (after prompt_template) accepted, in characters; a longer one is a malformed row (error or
+    drop per on_bad_row). Guards against a stray multi-MB cell reaching the tokenizer; None turns the cap off."""
     synthetic: SyntheticTaskConfig = SyntheticTaskConfig()
     """Knobs of the built-in arithmetic task."""
     sft_fraction: float = Field(0.4, ge=0.0, lt=1.0)
@@ -59,3 +75,27 @@ class DataConfig(StrictConfig):
     """Cap on problems read from the source (after validation), for quick runs."""
     seed: int = 0
     """Seed of the synthetic generator (splits are by content hash, not by this seed)."""
+
+    @field_validator("prompt_template")
+    @classmethod
+    def _template_has_prompt(cls, v: str) -> str:
+        if "{prompt}" not in v:  # every prompt would be the same text
+            raise ValueError("must contain '{prompt}', where each problem's text goes")
+        return v
+
+    @field_validator("columns")
+    @classmethod
+    def _known_fields(cls, v: dict[str, str]) -> dict[str, str]:
+        unknown = sorted(set(v) - set(MAPPABLE))
+        if unknown:
+            raise ValueError(f"unknown field(s) {unknown}: map our names {list(MAPPABLE)} to your columns")
+        return v
+
+    @model_validator(mode="after")
+    def _path_for_non_synthetic(self) -> DataConfig:
+        if self.source != "synthetic" and not self.path:
+            raise ValueError(f"data.path is required for data.source={self.source!r}")
+        return self
+    def prompt_format(self) -> PromptFormat:
+        """How prompts are wrapped for the model: the one value SFT, scoring, rollouts and evaluation share."""
+        return PromptFormat(chat_template=self.chat_template, system_prompt=self.system_prompt)

@@ -4,58 +4,47 @@ from __future__ import annotations
 
 import logging
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from essaflow.data.config import DataConfig
-from essaflow.data.schema import Problem, normalise_rows
+from essaflow.data.errors import DataFileError
+from essaflow.data.readers import Table, read_file, rows_table
+from essaflow.data.rows import table_problems
+from essaflow.data.schema import Problem
 from essaflow.data.synthetic import synthetic_problems
-from essaflow.rewards import after_hashes, last_boxed
 
 log = logging.getLogger(__name__)
 
-_ADAPTER_COLUMNS = {
-    # GSM8K: question / answer (worked solution ending in '#### 42')
-    "gsm8k": {"prompt": "question", "answer": "answer"},
-    # MATH / MATH500: problem / solution (final answer in the last \boxed{})
-    "math": {"prompt": "problem", "answer": "solution"},
-    "plain": {},
-}
+
+@dataclass(frozen=True)
+class LoadedProblems:
+    """What a source yielded: the problems, and the malformed rows dropped under data.on_bad_row=drop."""
+
+    problems: list[Problem]
+    dropped: list[tuple[int, str]]
+    source: str
 
 
-def _read_file(path: Path) -> list[dict[str, Any]]:
-    import pandas as pd
-
-    suffix = path.suffix.lower()
-    if suffix in (".jsonl", ".ndjson"):
-        frame = pd.read_json(path, lines=True, dtype=False)
-    elif suffix == ".json":
-        frame = pd.read_json(path, dtype=False)
-    elif suffix == ".csv":
-        frame = pd.read_csv(path, dtype=str, keep_default_na=False)
-    elif suffix == ".parquet":
-        frame = pd.read_parquet(path)
-    else:
-        raise ValueError(f"unsupported data file type {suffix!r} for {path}; use .jsonl, .json, .csv or .parquet")
-    return frame.to_dict(orient="records")
-
-
-def _read_hf(cfg: DataConfig) -> list[dict[str, Any]]:
+def _read_hf(cfg: DataConfig) -> Table:
     import datasets
 
     assert cfg.path
     local = Path(cfg.path)
-    if local.is_dir() and (local / "dataset_info.json").exists():
-        # A dataset saved with save_to_disk (one split).
-        ds = datasets.load_from_disk(str(local))
-        if isinstance(ds, datasets.DatasetDict):
-            ds = ds[cfg.hf_split]
-    else:
-        ds = datasets.load_dataset(cfg.path, cfg.hf_config, split=cfg.hf_split, revision=cfg.hf_revision)
-    return [dict(r) for r in ds]
+    try:
+        if local.is_dir() and (local / "dataset_info.json").exists():
+            # A dataset saved with save_to_disk (one split).
+            ds = datasets.load_from_disk(str(local))
+            if isinstance(ds, datasets.DatasetDict):
+                ds = ds[cfg.hf_split]
+        else:
+            ds = datasets.load_dataset(cfg.path, cfg.hf_config, split=cfg.hf_split, revision=cfg.hf_revision)
+    except (KeyError, ValueError, FileNotFoundError) as e:  # unknown split or config, no data files
+        raise DataFileError(f"{cfg.path}: cannot load split {cfg.hf_split!r}: {type(e).__name__}: {e}") from None
+    return rows_table(cfg.path, ds.column_names, ds)
 
 
-def _read_s3(cfg: DataConfig) -> list[dict[str, Any]]:
+def _read_s3(cfg: DataConfig) -> Table:
     from essaflow.storage import open_store
 
     assert cfg.path
@@ -63,53 +52,40 @@ def _read_s3(cfg: DataConfig) -> list[dict[str, Any]]:
         name = cfg.path.rstrip("/").rsplit("/", 1)[-1]
         local = Path(tmp) / name
         open_store(cfg.path.rsplit("/", 1)[0]).download_file(name, local)
-        return _read_file(local)
+        return read_file(local, source=cfg.path)  # errors name the URI, not the temporary copy
 
 
-def _map_columns(rows: list[dict[str, Any]], cfg: DataConfig) -> list[dict[str, Any]]:
-    mapping = {**_ADAPTER_COLUMNS[cfg.adapter], **cfg.columns}
-    out = []
-    for row in rows:
-        mapped = {ours: row.get(theirs) for ours, theirs in mapping.items()}
-        for key in ("id", "prompt", "answer"):
-            if key not in mapped and key in row:
-                mapped[key] = row[key]
-        answer = mapped.get("answer")
-        if isinstance(answer, float) and answer != answer:  # NaN from pandas means missing
-            answer = None
-        if isinstance(answer, str) and cfg.adapter == "gsm8k":
-            answer = after_hashes(answer)
-        elif isinstance(answer, str) and cfg.adapter == "math":
-            answer = last_boxed(answer)
-        elif answer is not None and not isinstance(answer, str):
-            answer = str(answer)
-        mapped["answer"] = answer
-        if isinstance(mapped.get("prompt"), str):
-            mapped["prompt"] = cfg.prompt_template.replace("{prompt}", mapped["prompt"])
-        out.append(mapped)
-    return out
+def read_source(cfg: DataConfig) -> Table:
+    """The raw records of a file, HF or s3 source (not synthetic)."""
+    if not cfg.path:
+        raise DataFileError(f"data.path is required for data.source={cfg.source!r}")
+    if cfg.source == "file":
+        path = Path(cfg.path)
+        if not path.is_file():
+            raise DataFileError(f"{path}: data.path does not exist" if not path.exists() else f"{path}: not a file")
+        return read_file(path)
+    if cfg.source == "hf":
+        return _read_hf(cfg)
+    return _read_s3(cfg)
+
+
+def read_problems(cfg: DataConfig) -> LoadedProblems:
+    """Problems and the dropped rows; malformed rows raise one BadRowsError unless on_bad_row=drop."""
+    if cfg.source == "synthetic":
+        s = cfg.synthetic
+        problems = synthetic_problems(s.num_problems, s.min_digits, s.max_digits, s.operators, cfg.seed)
+        dropped: list[tuple[int, str]] = []
+    else:
+        problems, dropped = table_problems(read_source(cfg), cfg)
+    if cfg.max_problems is not None:
+        problems = problems[: cfg.max_problems]
+    return LoadedProblems(problems, dropped, cfg.path or "synthetic")
 
 
 def load_problems(cfg: DataConfig) -> list[Problem]:
     """Load and validate problems; malformed rows raise (default) or are dropped and logged with a count."""
-    if cfg.source == "synthetic":
-        s = cfg.synthetic
-        problems = synthetic_problems(s.num_problems, s.min_digits, s.max_digits, s.operators, cfg.seed)
-    else:
-        if not cfg.path:
-            raise ValueError(f"data.path is required for data.source={cfg.source!r}")
-        if cfg.source == "file":
-            path = Path(cfg.path)
-            if not path.exists():
-                raise FileNotFoundError(f"data.path does not exist: {path}")
-            rows = _read_file(path)
-        elif cfg.source == "hf":
-            rows = _read_hf(cfg)
-        else:
-            rows = _read_s3(cfg)
-        problems, dropped = normalise_rows(_map_columns(rows, cfg), cfg.path, cfg.on_bad_row)
-        if dropped:
-            log.warning("dropped %d malformed row(s) from %s: %s", len(dropped), cfg.path, dropped[:10])
-    if cfg.max_problems is not None:
-        problems = problems[: cfg.max_problems]
-    return problems
+    loaded = read_problems(cfg)
+    if loaded.dropped:
+        shown = "; ".join(why for _, why in loaded.dropped[:10])
+        log.warning("dropped %d malformed row(s) from %s: %s", len(loaded.dropped), loaded.source, shown)
+    return loaded.problems

@@ -104,6 +104,8 @@ class ESSAConfig(StrictConfig):
         if self.strategy == "es" and self.es_antithetic and self.population % 2:
             raise ValueError(f"population={self.population} must be even for strategy=es (antithetic pairs)")
         if self.fitness_samples > 1 and (self.fitness != "accuracy" or self.fitness_temperature == 0):
-            raise ValueError("fitness_samples > 1 needs fitness=accuracy and fitness_temperature > 0 (else the m "
-                             "completions are identical)")
+            raise ValueError(
+                "fitness_samples > 1 needs fitness=accuracy and fitness_temperature > 0 (else the m "
+                "completions are identical)"
+            )
         return self

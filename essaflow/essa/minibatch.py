@@ -1,4 +1,4 @@
-"""Which training prompts each ESSA generation scores: one shared minibatch per generation (ESSA-v3 Alg. 1)."""
+"""What each ESSA generation scores on: one shared minibatch and one sampling seed per generation (ESSA-v3 Alg. 1)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,11 @@ from typing import Any
 import numpy as np
 
 from essaflow.essa.strategy import dump_attrs, restore_attrs
+
+
+def generation_seed(seed: int, generation: int) -> int:
+    """Sampling seed of a generation's fitness decoding (common to all its candidates: common random numbers)."""
+    return int(np.random.SeedSequence([seed, generation]).generate_state(1)[0] % (2**31 - 1))
 
 
 class MinibatchSampler:

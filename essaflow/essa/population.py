@@ -1,30 +1,34 @@
 """Population evaluation: one fitness per candidate, on a Ray actor pool or in process (ESSA-v3 sec. 3.2, App. A).
 
 Each scorer loads the base model, the SFT adapter and the frozen SVD bases once. Per generation the driver sends
-only what changes. `essa.sync: seed` (default, the paper's scheme, ESSA-v3 App. A): each worker regenerates the
-candidates from its own replica of the strategy (`replica.py`), so a call carries (generation, candidate index),
-plus, on a worker's first call of a generation, the b prompt indices, the sampling seed and the previous
-generation's fitness vector; a scorer answers (candidate index, fitness, replica digest). `essa.sync: vectors`:
-each call carries the candidate's offsets (float32), the prompt indices and the seed; a scorer answers
-(candidate index, fitness). No weights or gradients move (ARCHITECTURE.md "Distributed design").
+only what changes. `essa.sync: seed` (default, the paper's scheme, ESSA-v3 App. A): each worker holds a replica of
+the strategy and the minibatch sampler (`replica.py`) and draws the generation's prompts, seed and candidates
+itself, so the driver makes one call per worker, `(generation, start, stop)` plus, on its first call of a
+generation, the previous generation's fitness of the candidates it did not score (float32 bytes); a scorer answers
+(start, the share's float32 fitness, replica digest, its cost in tokens and device time): a few hundred bytes a
+generation in all. `essa.sync: vectors`: each call carries one candidate's
+offsets (float32), the prompt indices and the seed; a scorer answers (candidate index, fitness). No weights or
+gradients move (ARCHITECTURE.md "Distributed design").
 
 Decisions where the paper is silent (docs/algorithms.md sec. 6):
 - Shared minibatch (sec. 6.6): every candidate of a generation is scored on the same b prompts, and, when the fitness
   decodes with temperature > 0, with the same sampling seed (common random numbers), so candidates are ranked on
   equal terms. The minibatch changes every generation.
 - Scoring (decoding, merged scoring, gray-box fitnesses): `scorer.py`.
-- Scheduling (sec. 6.11): dynamic hand-out instead of a fixed candidate-to-worker map. Each worker holds at most
-  `inflight` candidates; whenever one returns, the next queued candidate goes to the worker that just finished,
-  so a fast worker takes more. Scores do not depend on which worker computed them (same weights, same batch,
-  same seed, one torch thread), so results are identical for any number of workers.
-- Dead workers: a candidate whose worker dies goes back to the front of the queue and is handed to a live worker;
+- Scheduling (sec. 6.11): seed mode cuts the population into one contiguous share per live worker (equal workers
+  finish together; one call a generation is what keeps the bytes at a few hundred). Vectors mode hands out single
+  candidates dynamically: each worker holds at most `inflight` of them and the next queued one goes to the worker
+  that just finished, so a fast worker takes more. Scores do not depend on which worker computed them (same
+  weights, same batch, same seed, one torch thread), so results are identical for any number of workers.
+- Dead workers: the work of a worker that dies (its share, or its candidate) goes back to the front of the queue
+  and is handed to a live worker;
   Ray restarts the actor (`max_restarts`), which rejoins once its `ready` call answers; a restart gets as long to
   load its model as the first start (`start_timeout_s`: minutes for a 7B model), and one slower than that is
   given up while the others go on. A run may end before a restarting worker is back: `close` logs which were
-  still restarting. Calls are never retried by
-  Ray itself (`max_task_retries=0`), each candidate index is filled exactly once, and a late duplicate would be
-  dropped and counted, so nothing is lost or counted twice in the update. In seed mode a re-dispatched candidate is
-  just its index; the restarted worker's fresh replica is sent the driver's strategy state with its first call.
+  still restarting. Calls are never retried by Ray itself (`max_task_retries=0`), each candidate index is filled
+  exactly once, and a late duplicate would be dropped and counted, so nothing is lost or counted twice in the
+  update. In seed mode a re-dispatched share is just its index range; the restarted worker's fresh replica is sent
+  the driver's search state with its first call.
 - Bytes: the pickle-protocol-5 size of each call's arguments and each reply (the payload Ray serialises, without
   its fixed per-call envelope). The in-process path counts the same payloads, so figures compare across modes.
 """
@@ -41,8 +45,9 @@ from typing import Any
 import numpy as np
 
 from essaflow import cluster
-from essaflow.essa.replica import ReplicaTracker
+from essaflow.essa.replica import ReplicaTracker, decode_fitness
 from essaflow.essa.scorer import CandidateScorer, ScoringSpec, payload_bytes
+from essaflow.usage import Usage
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +73,15 @@ class GenerationStats:
     """The part of bytes_sent that those states took."""
     stale_answers: int = 0
     """Seed mode: answers dropped (and their candidates re-queued) because the replica disagreed with the driver."""
+    usage: Usage = field(default_factory=Usage)
+    """What the accepted scores cost (tokens, device-seconds), summed over workers."""
+    device_s_per_worker: list[float] = field(default_factory=list)
+    """Device-seconds each worker spent on accepted scores."""
+
+    def charge(self, w: int, cost: bytes) -> None:
+        usage = Usage.decode(cost)
+        self.usage.add(usage)
+        self.device_s_per_worker[w] += usage.device_s
 
     @property
     def bytes_total(self) -> int:
@@ -85,12 +99,18 @@ class LocalPopulation:
         self.dimension, self.node = self.scorer.ready()
 
     def evaluate(
-        self, candidates: np.ndarray, prompt_idx: np.ndarray, seed: int, generation: int | None = None, strategy=None
+        self,
+        candidates: np.ndarray,
+        prompt_idx: np.ndarray,
+        seed: int,
+        generation: int | None = None,
+        strategy=None,
+        sampler=None,
     ) -> tuple[np.ndarray, GenerationStats]:
-        """One fitness per candidate, in order (generation and strategy: accepted for the Ray pool's signature)."""
-        del generation, strategy
+        """One fitness per candidate, in order (generation, strategy, sampler: the Ray pool's signature)."""
+        del generation, strategy, sampler
         start = time.perf_counter()
-        stats = GenerationStats(per_worker=[0])
+        stats = GenerationStats(per_worker=[0], device_s_per_worker=[0.0])
         fitness = np.empty(len(candidates))
         for i, x in enumerate(candidates.astype(np.float32)):
             args = (i, x, prompt_idx, seed)
@@ -99,6 +119,7 @@ class LocalPopulation:
             stats.bytes_received += payload_bytes(reply)
             fitness[i] = reply[1]
             stats.per_worker[0] += 1
+            stats.charge(0, reply[2])
         stats.per_node = {self.node: len(candidates)}
         stats.wall_s = time.perf_counter() - start
         return fitness, stats
@@ -213,33 +234,41 @@ class RayPopulation:
         return dict(Counter(n[:8] for n in self.worker_nodes))
 
     def evaluate(
-        self, candidates: np.ndarray, prompt_idx: np.ndarray, seed: int, generation: int | None = None, strategy=None
+        self,
+        candidates: np.ndarray,
+        prompt_idx: np.ndarray,
+        seed: int,
+        generation: int | None = None,
+        strategy=None,
+        sampler=None,
     ) -> tuple[np.ndarray, GenerationStats]:
         """One fitness per candidate (in candidate order); survives workers dying mid-generation.
 
-        Seed mode needs `generation` and the driver's `strategy`, which has just asked `candidates` (its digest is
-        what every replica must show, its state what a disagreeing one is sent)."""
+        Seed mode needs `generation` and the driver's `strategy` and `sampler`, which have just drawn `candidates`
+        and `prompt_idx` (their digest is what every replica must show, their state what a disagreeing one is
+        sent)."""
         import ray
 
         start = time.perf_counter()
-        stats = GenerationStats(per_worker=[0] * len(self.actors))
+        stats = GenerationStats(per_worker=[0] * len(self.actors), device_s_per_worker=[0.0] * len(self.actors))
         payload = candidates.astype(np.float32)
         prompt_idx = np.asarray(prompt_idx, dtype=np.int32)
         if self._replicas is not None:
-            if generation is None or strategy is None:
-                raise ValueError("essa.sync=seed: evaluate needs the generation and the driver's strategy")
-            self._replicas.begin(generation, strategy, candidates, prompt_idx, seed)
-        queue: deque[int] = deque(range(len(payload)))
+            if generation is None or strategy is None or sampler is None:
+                raise ValueError("essa.sync=seed: evaluate needs the generation and the driver's strategy and sampler")
+            self._replicas.begin(generation, strategy, sampler, candidates, prompt_idx, seed)
+        queue = deque(self._work_items(len(payload)))
         fitness: dict[int, float] = {}
-        running: dict[Any, tuple[int, int, int]] = {}  # ObjectRef -> (worker, candidate, replica epoch)
+        running: dict[Any, tuple[int, range, int]] = {}  # ObjectRef -> (worker, candidates, replica epoch)
         load = [0] * len(self.actors)
+        per_worker = self.inflight if self._replicas is None else 1  # a share is a worker's whole generation
 
         def hand_out() -> None:
             for w in sorted(self._live, key=lambda w: load[w]):
-                while queue and load[w] < self.inflight:
-                    i = queue.popleft()
-                    ref = self._submit(w, i, generation, payload, prompt_idx, seed, stats)
-                    running[ref] = (w, i, self._replicas.epoch[w] if self._replicas else 0)
+                while queue and load[w] < per_worker:
+                    item = queue.popleft()
+                    ref = self._submit(w, item, generation, payload, prompt_idx, seed, stats)
+                    running[ref] = (w, item, self._replicas.epoch[w] if self._replicas else 0)
                     load[w] += 1
 
         hand_out()
@@ -250,18 +279,13 @@ class RayPopulation:
             if ref in self._rejoining:
                 self._check_rejoin(ref, self._rejoining.pop(ref))
             else:
-                w, i, epoch = running.pop(ref)
+                w, item, epoch = running.pop(ref)
                 load[w] -= 1
-                value = self._collect(ref, w, i, epoch, stats)
-                if value is None:  # lost with its worker, or from a replica out of step: score it again
-                    queue.appendleft(i)
-                elif i in fitness:
-                    stats.duplicates_dropped += 1
+                values = self._collect(ref, w, item, epoch, stats)
+                if values is None:  # lost with its worker, or from a replica out of step: score it again
+                    queue.appendleft(item)
                 else:
-                    fitness[i] = value
-                    stats.per_worker[w] += 1
-                    node = self.worker_nodes[w]
-                    stats.per_node[node] = stats.per_node.get(node, 0) + 1
+                    self._fill(fitness, item, values, w, stats)
             hand_out()
         stats.wall_s = time.perf_counter() - start
         result = np.array([fitness[i] for i in range(len(payload))])
@@ -269,32 +293,52 @@ class RayPopulation:
             self._replicas.finish(result)
         return result, stats
 
-    def _submit(self, w: int, i: int, generation, payload, prompt_idx, seed: int, stats: GenerationStats) -> Any:
-        """Send candidate i to worker w: its offsets (vectors mode) or its index and w's header if due (seed mode)."""
+    def _work_items(self, population: int) -> list[range]:
+        """Vectors mode: one candidate per call. Seed mode: one contiguous share per live worker (one call each a
+        generation: the fewest bytes; docs/algorithms.md sec. 6.11)."""
         if self._replicas is None:
-            args: tuple = (i, payload[i], prompt_idx, seed)
+            return [range(i, i + 1) for i in range(population)]
+        cuts = np.linspace(0, population, min(len(self._live), population) + 1).round().astype(int)
+        return [range(a, b) for a, b in zip(cuts[:-1], cuts[1:])]
+
+    def _fill(self, fitness: dict[int, float], item: range, values: np.ndarray, w: int, stats: GenerationStats):
+        """Record an answer's fitnesses; a candidate already filled (a late duplicate) is dropped and counted."""
+        for i, value in zip(item, values):
+            if i in fitness:
+                stats.duplicates_dropped += 1
+                continue
+            fitness[i] = float(value)
+            stats.per_worker[w] += 1
+            node = self.worker_nodes[w]
+            stats.per_node[node] = stats.per_node.get(node, 0) + 1
+
+    def _submit(self, w: int, item: range, generation, payload, prompt_idx, seed: int, stats: GenerationStats) -> Any:
+        """Send work to worker w: a candidate's offsets (vectors mode), or a share of indices with the previous
+        fitness or the state when due (seed mode)."""
+        if self._replicas is None:
+            args: tuple = (item.start, payload[item.start], prompt_idx, seed)
             stats.bytes_sent += payload_bytes(args)
             return self.actors[w].score.remote(*args)
-        header, state = self._replicas.header(w)
-        args = (generation, i) if header is None else (generation, i, header)
+        fitness, state = self._replicas.brief(w)
+        args = (generation, item.start, item.stop, fitness, state)
         stats.bytes_sent += payload_bytes(args)
         if state is not None:
             stats.resyncs += 1
             stats.resync_bytes += payload_bytes(state)
-            log.info("ESSA worker %d is sent the strategy state of generation %d (replica unknown or out of step)",
+            log.info("ESSA worker %d is sent the search state of generation %d (replica unknown or out of step)",
                      w, generation)  # fmt: skip
-        return self.actors[w].score_seeded.remote(*args)
+        return self.actors[w].score_share.remote(*args)
 
-    def _collect(self, ref: Any, w: int, i: int, epoch: int, stats: GenerationStats) -> float | None:
-        """Candidate i's fitness from worker w's answer; None when it must be scored again (worker died, stale)."""
+    def _collect(self, ref: Any, w: int, item: range, epoch: int, stats: GenerationStats) -> np.ndarray | None:
+        """The fitnesses of `item` from worker w's answer; None when they must be scored again (died, stale)."""
         import ray
         from ray.exceptions import RayActorError
 
         try:
             reply = ray.get(ref)
         except RayActorError:
-            # The worker died with this candidate: give it to someone else (front of the queue).
-            stats.redispatched += 1
+            # The worker died with this work: give it to someone else (front of the queue).
+            stats.redispatched += len(item)
             if w in self._live:
                 self._live.discard(w)
                 self._lost_at[w] = time.monotonic()
@@ -305,12 +349,16 @@ class RayPopulation:
                     self._replicas.lost(w)  # Ray restarts it with a fresh replica: it gets the state on return
             return None
         stats.bytes_received += payload_bytes(reply)
-        if reply[0] != i:
-            raise RuntimeError(f"worker {w} answered candidate {reply[0]} for candidate {i}")
-        if self._replicas is not None and not self._replicas.accept(w, epoch, reply):
-            stats.stale_answers += 1
+        if reply[0] != item.start:
+            raise RuntimeError(f"worker {w} answered for candidate {reply[0]}, not {item.start}")
+        if self._replicas is None:
+            stats.charge(w, reply[2])
+            return np.array([reply[1]])
+        if not self._replicas.accept(w, epoch, item, reply):
+            stats.stale_answers += len(item)
             return None
-        return reply[1]
+        stats.charge(w, reply[3])
+        return decode_fitness(reply[1])
 
     def _check_rejoin(self, ref: Any, w: int) -> None:
         """A restarted worker answered its ready() ping: back in the pool, still restarting, or gone for good."""

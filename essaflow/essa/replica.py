@@ -1,135 +1,200 @@
-"""Seed-synchronised scoring: every worker holds a replica of the search strategy (ESSA-v3 App. A Algorithm 1;
+"""Seed-synchronised scoring: every worker holds a replica of the search (ESSA-v3 App. A Algorithm 1;
 docs/algorithms.md sec. 2.8).
 
-The driver's strategy stays the authoritative copy (checkpoints, held-out evaluation, export). Each Ray worker
-builds the same strategy from the same seed (`make_strategy(essa config, d)`) and keeps its own generation counter;
-per generation and worker the driver sends one header, piggybacked on the worker's first candidate of the
-generation: the minibatch's prompt indices, the sampling seed and the previous generation's full fitness vector.
-The replica applies the identical `tell` and `ask`s the same candidates as the driver, so a work item is just
-(generation, candidate index) and no vector travels.
+The driver's strategy and minibatch sampler stay the authoritative copy (checkpoints, held-out evaluation, export).
+Each Ray worker builds the same strategy and the same sampler from the same seed and keeps its own generation
+counter, so it draws the generation's minibatch, its sampling seed and its candidates itself. Per generation and
+worker the driver makes one call, `(generation, start, stop)`: score the candidates start..stop-1 (the worker's
+share). The worker's first call of a generation also carries the previous generation's fitness of the candidates
+it did not score itself (float32 bytes, in index order; it kept its own): the replica rebuilds the vector, applies
+the identical `tell`, then draws the next minibatch and `ask`s. The answer is `(start, the share's fitness as
+float32 bytes, replica digest, what scoring cost: essaflow.usage, 12 bytes)`. No vector and no prompt index
+travels.
 
-Agreement proof: every answer carries `state_digest` of the replica (the first 8 bytes of sha256 over the mean and
-the generation's candidates: a different RNG, step size or covariance shows in the candidates, a different update
-in the mean). The driver compares it with its own strategy's; an answer that disagrees (another CPU's floats, a
-restart Ray did silently) is dropped and its candidate re-queued, and the worker's next header carries the full
-strategy state (`Strategy.state_dict()`: JSON text + numpy arrays, no pickled code) with the generation's
-candidates, counted as a resync. A worker restarted by Ray, or the workers of a resumed run, start from the state
-the same way.
+Agreement proof: `state_digest` of the replica, 8 bytes of sha256 over the mean, the generation's candidates,
+prompt indices and sampling seed (a different RNG, step size or covariance shows in the candidates, a different
+update in the mean). The driver compares it with its own; an answer that disagrees (another CPU's floats, a restart
+Ray did silently) is dropped and its share re-queued, and the worker's next call carries the full `ReplicaState`
+(strategy and sampler as JSON text + numpy arrays, no pickled code, plus the generation's candidates), counted as a
+resync. A worker restarted by Ray, or the workers of a resumed run, start from the state the same way.
+
+Fitness travels as float32 in every mode (the scorer rounds it, `scorer.py`), so the driver's `tell` and every
+replica's see the same numbers whatever the transport.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from essaflow.essa.config import ESSAConfig
+from essaflow.essa.minibatch import MinibatchSampler, generation_seed
 from essaflow.essa.strategy import Strategy, make_strategy
 
 #: a worker that disagrees again after this many states sent in one generation is a bug, not float noise (deaths
 #: and restarts do not count: those are Ray's max_restarts to bound)
 MAX_RESYNCS_PER_GENERATION = 2
 
-State = tuple[int, str, dict[str, np.ndarray], np.ndarray]
-"""A resync: (generation, strategy meta as JSON, strategy arrays, the generation's candidates)."""
-Header = tuple[np.ndarray, int, np.ndarray | None, State | None]
-"""Once per worker per generation: (prompt indices, sampling seed, previous fitness vector or None, state or None)."""
+Reply = tuple[int, bytes | None, bytes, bytes]
+"""A worker's answer to one share: (start, fitness as float32 bytes or None when it could not score, digest,
+usage)."""
 
 
-def state_digest(mean: np.ndarray, candidates: np.ndarray) -> bytes:
-    """8 bytes that differ when two strategies would not ask or update alike: sha256 of the mean and candidates."""
+def encode_fitness(values: Any) -> bytes:
+    """Fitness on the wire: float32, 4 bytes a candidate (exact for accuracy k/b; the scorer rounds the others)."""
+    return np.asarray(values, dtype="<f4").tobytes()
+
+
+def decode_fitness(data: bytes) -> np.ndarray:
+    return np.frombuffer(data, dtype="<f4").astype(np.float64)
+
+
+def state_digest(mean: np.ndarray, candidates: np.ndarray, prompt_idx: np.ndarray, seed: int) -> bytes:
+    """8 bytes that differ when two replicas would not score, ask or update alike."""
     h = hashlib.sha256(np.ascontiguousarray(mean, dtype=np.float64).tobytes())
     h.update(np.ascontiguousarray(candidates, dtype=np.float64).tobytes())
+    h.update(np.ascontiguousarray(prompt_idx, dtype=np.int64).tobytes())
+    h.update(int(seed).to_bytes(8, "little"))
     return h.digest()[:8]
 
 
-def strategy_state(strategy: Strategy, generation: int, candidates: np.ndarray) -> State:
-    """The driver's strategy after asking `generation`, with what it asked (CMA's tell needs the candidates)."""
-    meta, arrays = strategy.state_dict()
-    return generation, json.dumps(meta), dict(arrays), np.asarray(candidates, dtype=np.float64)
+@dataclass(frozen=True)
+class ReplicaState:
+    """A resync: the driver's search after drawing `generation` (strategy and sampler), with what it drew."""
+
+    generation: int
+    meta: str
+    """Strategy and sampler settings and scalars, as JSON text."""
+    arrays: dict[str, np.ndarray]
+    candidates: np.ndarray
+    prompt_idx: np.ndarray
+
+    @classmethod
+    def of(cls, strategy: Strategy, sampler: MinibatchSampler, generation: int, candidates, prompt_idx):
+        s_meta, s_arrays = strategy.state_dict()
+        m_meta, m_arrays = sampler.state_dict()
+        arrays = {f"strategy.{k}": v for k, v in s_arrays.items()} | {f"sampler.{k}": v for k, v in m_arrays.items()}
+        meta = json.dumps({"strategy": s_meta, "sampler": m_meta})
+        return cls(generation, meta, arrays, np.asarray(candidates, dtype=np.float64), np.asarray(prompt_idx))
+
+    def part(self, name: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        prefix = f"{name}."
+        arrays = {k[len(prefix) :]: v for k, v in self.arrays.items() if k.startswith(prefix)}
+        return json.loads(self.meta)[name], arrays
 
 
 class StrategyReplica:
-    """A worker's copy of the strategy: starts at generation 0 with the candidates the seed gives."""
+    """A worker's copy of the search: starts at generation 0 with the minibatch and candidates the seed gives."""
 
-    def __init__(self, search: dict[str, Any], dimension: int):
-        self.strategy = make_strategy(ESSAConfig.model_validate(search), dimension)
+    def __init__(self, search: dict[str, Any], dimension: int, train_size: int):
+        cfg = ESSAConfig.model_validate(search)
+        self.seed = cfg.seed
+        self.strategy = make_strategy(cfg, dimension)
+        self.sampler = MinibatchSampler(train_size, cfg.minibatch, cfg.seed)
+        self.population = cfg.population
         self.generation = 0
-        self.candidates = self.strategy.ask()
-        self.context: tuple[int, np.ndarray, int] | None = None
-        """(generation, prompt indices, seed) of the last header: what this worker's candidates are scored on."""
+        self._draw()
 
-    def apply(self, generation: int, header: Header) -> None:
-        """Bring the replica to `generation` from a header: load the state, or tell the previous fitness and ask."""
-        prompt_idx, seed, fitness, state = header
+    def _draw(self) -> None:
+        """The generation's inputs, in the driver's order: minibatch, then candidates (separate RNGs)."""
+        self.prompt_idx = self.sampler.next()
+        self.candidates = self.strategy.ask()
+        self.own: dict[int, float] = {}  # this generation's fitness that this worker scored (not sent back to it)
+
+    @property
+    def sampling_seed(self) -> int:
+        return generation_seed(self.seed, self.generation)
+
+    def scored(self, indices: range, values: list[float]) -> None:
+        """Remember this worker's own fitnesses: the driver leaves them out of the next brief."""
+        self.own.update(zip(indices, values))
+
+    def advance(self, generation: int, others: bytes | None, state: ReplicaState | None) -> None:
+        """Bring the replica to `generation`: load the state, or tell the previous fitness (the others' plus its
+        own) and draw. A brief that does not fit what it scored leaves it behind, and the driver sends the state."""
         if state is not None:
             self.load(state)
-        elif fitness is not None and self.generation == generation - 1:
+        elif others is not None and self.generation == generation - 1:
+            rest = decode_fitness(others)
+            if len(rest) + len(self.own) != self.population:
+                return
+            fitness = np.empty(self.population)
+            mine = np.zeros(self.population, dtype=bool)
+            mine[list(self.own)] = True
+            fitness[mine] = [self.own[i] for i in np.flatnonzero(mine)]
+            fitness[~mine] = rest
             self.strategy.tell(self.candidates, fitness)
-            self.candidates = self.strategy.ask()
             self.generation += 1
-        if self.generation == generation:
-            self.context = (generation, prompt_idx, seed)
+            self._draw()
 
-    def load(self, state: State) -> None:
-        """Take the driver's state (a resync): the replica then asks and tells exactly as the driver."""
-        generation, meta, arrays, candidates = state
-        self.strategy.load_state_dict(json.loads(meta), arrays)
-        self.generation, self.candidates = generation, candidates.copy()
+    def load(self, state: ReplicaState) -> None:
+        """Take the driver's state (a resync): the replica then draws and tells exactly as the driver."""
+        self.strategy.load_state_dict(*state.part("strategy"))
+        self.sampler.load_state_dict(*state.part("sampler"))
+        self.generation = state.generation
+        self.candidates, self.prompt_idx = state.candidates.copy(), state.prompt_idx.copy()
+        self.own = {}
 
-    def ready_for(self, generation: int) -> bool:
-        """Whether this replica holds `generation`'s candidates and its minibatch (else it must not score)."""
-        return self.generation == generation and self.context is not None and self.context[0] == generation
+    def holds(self, generation: int) -> bool:
+        """Whether this replica holds `generation`'s candidates (else it must not score)."""
+        return self.generation == generation
 
     def digest(self) -> bytes:
-        return state_digest(self.strategy.mean, self.candidates)
+        return state_digest(self.strategy.mean, self.candidates, self.prompt_idx, self.sampling_seed)
 
 
 class ReplicaTracker:
-    """The driver's view of every worker's replica: what header to send it, and whether its answers count.
+    """The driver's view of every worker's replica: what each call must carry, and whether its answers count.
 
-    held[w]: the generation whose candidates worker w's replica holds, as far as the driver knows (None: unknown,
-    after a restart or a disagreement: the next header carries the state). Fresh workers hold generation 0.
-    briefed[w]: the generation whose header w has been sent. epoch[w] rises with every state sent, so answers to
-    calls made before it (already known to be stale) do not trigger another resync.
+    held[w]: the generation worker w's replica holds, as far as the driver knows (None: unknown, after a restart or
+    a disagreement: the next call carries the state). Fresh workers hold generation 0. briefed[w]: the generation
+    whose fitness or state w has been sent. epoch[w] rises with every state sent, so answers to calls made before it
+    (already known to be stale) do not trigger another resync.
     """
 
     def __init__(self, workers: int):
         self.held: list[int | None] = [0] * workers
         self.briefed: list[int | None] = [None] * workers
         self.epoch = [0] * workers
-        self.previous: tuple[int, np.ndarray] | None = None  # the last finished generation's (number, fitness)
+        self.previous: tuple[int, np.ndarray, list[list[int]]] | None = None
+        """The last finished generation: (number, fitness, the indices each worker scored and kept)."""
 
-    def begin(self, generation: int, strategy: Strategy, candidates: np.ndarray, prompt_idx: np.ndarray, seed: int):
-        """A new generation, asked by the driver's `strategy` (its digest is what every answer must show)."""
-        self.generation, self.prompt_idx, self.seed = generation, prompt_idx, seed
-        self.strategy, self.candidates = strategy, candidates
-        self.expected = state_digest(strategy.mean, candidates)
+    def begin(self, generation: int, strategy: Strategy, sampler: MinibatchSampler, candidates, prompt_idx, seed):
+        """A new generation, drawn by the driver's `strategy` and `sampler` (their digest is what answers show)."""
+        self.generation = generation
+        self._drawn = (strategy, sampler, candidates, prompt_idx)
+        self.expected = state_digest(strategy.mean, candidates, prompt_idx, seed)
         self.disagreed = [0] * len(self.held)  # stale answers that triggered a resync, this generation
-        self._state: State | None = None
+        self.scored_by: list[list[int]] = [[] for _ in self.held]  # accepted indices per worker, this generation
+        self._state: ReplicaState | None = None
 
-    def header(self, w: int) -> tuple[Header | None, State | None]:
-        """What w's next call must carry (None when it was briefed this generation) and the state if it is a resync."""
+    def brief(self, w: int) -> tuple[bytes | None, ReplicaState | None]:
+        """What w's next call carries besides its share: (the previous fitness w did not score, state), both None
+        once briefed."""
         g = self.generation
         if self.briefed[w] == g:
             return None, None
         self.briefed[w] = g
         if self.held[w] == g:
-            return (self.prompt_idx, self.seed, None, None), None
+            return None, None
         if self.held[w] == g - 1 and self.previous is not None and self.previous[0] == g - 1:
             self.held[w] = g
-            return (self.prompt_idx, self.seed, self.previous[1], None), None
+            _, fitness, scored_by = self.previous
+            return encode_fitness(np.delete(fitness, scored_by[w])), None
         if self._state is None:  # built once a generation, only when some worker needs it
-            self._state = strategy_state(self.strategy, g, self.candidates)
+            self._state = ReplicaState.of(*self._drawn[:2], g, *self._drawn[2:])
         self.held[w] = g
-        return (self.prompt_idx, self.seed, None, self._state), self._state
+        return None, self._state
 
-    def accept(self, w: int, epoch: int, reply: tuple[int, float | None, bytes]) -> bool:
+    def accept(self, w: int, epoch: int, share: range, reply: Reply) -> bool:
         """Whether an answer counts: scored, and by a replica in agreement. Else w gets the state next (once)."""
-        _, value, digest = reply
-        if value is not None and digest == self.expected:
+        _, fitness, digest, _ = reply
+        if fitness is not None and digest == self.expected:
+            self.scored_by[w].extend(share)
             return True
         if epoch == self.epoch[w]:  # the first stale answer since w's last state: send it the state again
             self.disagreed[w] += 1
@@ -144,5 +209,5 @@ class ReplicaTracker:
         self.epoch[w] += 1
 
     def finish(self, fitness: np.ndarray) -> None:
-        """The generation's fitness vector, every replica's next `tell`."""
-        self.previous = (self.generation, np.asarray(fitness, dtype=np.float64))
+        """The generation's fitness vector, every replica's next `tell` (each is sent the part it did not score)."""
+        self.previous = (self.generation, np.asarray(fitness, dtype=np.float64), self.scored_by)

@@ -30,7 +30,7 @@ import numpy as np
 from essaflow.config import PipelineConfig, changed_trajectory, method_trajectory
 from essaflow.data import Splits
 from essaflow.essa.checkpoint import latest_checkpoint, read_checkpoint, write_checkpoint
-from essaflow.essa.minibatch import MinibatchSampler
+from essaflow.essa.minibatch import MinibatchSampler, generation_seed
 from essaflow.essa.population import GenerationStats, LocalPopulation, RayPopulation
 from essaflow.essa.scorer import ScoringSpec
 from essaflow.essa.strategy import make_strategy
@@ -39,16 +39,12 @@ from essaflow.evaluation import greedy_accuracy
 from essaflow.models import load_model_with_adapter
 from essaflow.results import TrainCallbacks, TrainResult
 from essaflow.sampling import TransformersGenerator
+from essaflow.usage import Usage
 
 log = logging.getLogger(__name__)
 
 TIED_SHARE, TIED_GENERATIONS = 0.75, 5  # warn when 3 in 4 candidates tie for this many generations in a row
 TIED_WARN_EVERY = 50  # ... and again every this many generations while it goes on
-
-
-def generation_seed(seed: int, generation: int) -> int:
-    """Sampling seed of a generation's fitness decoding (common to all its candidates)."""
-    return int(np.random.SeedSequence([seed, generation]).generate_state(1)[0] % (2**31 - 1))
 
 
 def scoring_spec(cfg: PipelineConfig, splits: Splits, sft_adapter: Path, ship_adapter: bool = True) -> ScoringSpec:
@@ -74,6 +70,7 @@ def scoring_spec(cfg: PipelineConfig, splits: Splits, sft_adapter: Path, ship_ad
         fitness_samples=e.fitness_samples,
         offsets=e.offsets,
         merged=e.merged_scoring,
+        prompt_format=cfg.data.prompt_format().to_dict(),  # rendered by the scorer as SFT and evaluation render
         search=e.model_dump(mode="json"),  # the workers' strategy replicas (essa.sync=seed)
         # workers on other machines rebuild the adapter from these (small: LoRA + tokenizer)
         adapter_files={str(p.relative_to(sft_adapter)): p.read_bytes() for p in files},
@@ -122,6 +119,11 @@ class GenerationMetrics:
     redispatched: int | None = None
     worker_failures: int | None = None
     resyncs: int | None = None
+    generated_tokens: int | None = None
+    forward_tokens: int | None = None
+    device_s: float | None = None
+    """Device-seconds of scoring summed over workers (CPU time on CPU, wall time on a GPU; essaflow/usage.py)."""
+    device_s_per_worker: list[float] | None = None
     nodes_active: int | None = None
     per_worker: list[int] | None = None
     per_node: dict[str, int] | None = None
@@ -150,6 +152,10 @@ class GenerationMetrics:
             redispatched=stats.redispatched,
             worker_failures=stats.worker_failures,
             resyncs=stats.resyncs,
+            generated_tokens=stats.usage.generated_tokens,
+            forward_tokens=stats.usage.forward_tokens,
+            device_s=round(stats.usage.device_s, 3),
+            device_s_per_worker=[round(x, 3) for x in stats.device_s_per_worker],
             nodes_active=len(stats.per_node),
             per_worker=stats.per_worker,
             per_node=per_node,
@@ -177,13 +183,15 @@ class Search:
     bytes_seen: list[int] = field(default_factory=list)
     tied_run: int = 0
     """Consecutive generations in which most candidates tied (see `warn_on_ties`)."""
+    usage: Usage = field(default_factory=Usage)
+    """What this call's generations cost (a resumed run's earlier generations are in their metrics rows)."""
 
     @classmethod
     def start(cls, cfg: PipelineConfig, splits: Splits, sft_adapter: Path) -> Search:
         e = cfg.essa
         model, tok = load_model_with_adapter(cfg.model, sft_adapter)
         svd = SVDLoRA(model, e.alpha, nonnegative=e.nonnegative, offsets=e.offsets)
-        evaluator = TransformersGenerator(model, tok, cfg.sampling.batch_size)
+        evaluator = TransformersGenerator(model, tok, cfg.sampling.batch_size, cfg.data.prompt_format())
         strategy = make_strategy(e, svd.dimension)
         sampler = MinibatchSampler(len(splits.train), e.minibatch, e.seed)
         return cls(cfg, splits, svd, tok, evaluator, strategy, sampler)
@@ -208,6 +216,7 @@ class Search:
                 row.stopped_early = True
         self.warn_on_ties(row.tie_share or 0.0)
         self.bytes_seen.append(stats.bytes_total)
+        self.usage.add(stats.usage)
         self.work_by_node.update(row.per_node or {})
         self.worker_failures += stats.worker_failures
         self.history.append(row.as_row())
@@ -276,6 +285,7 @@ class Search:
             resumed_from=resumed_from,
             work_by_node=dict(self.work_by_node.most_common()),
             worker_failures=self.worker_failures,
+            usage=self.usage,
         )
 
 
@@ -304,7 +314,9 @@ def train_essa(
             prompts = search.sampler.next()
             candidates = search.strategy.ask()
             seed = generation_seed(cfg.essa.seed, search.generation)
-            fitness, stats = population.evaluate(candidates, prompts, seed, search.generation, search.strategy)
+            fitness, stats = population.evaluate(
+                candidates, prompts, seed, search.generation, search.strategy, search.sampler
+            )
             search.strategy.tell(candidates, fitness)
             search.generation += 1
             _report(report, search.record(fitness, stats, time.perf_counter() - t0))

@@ -26,8 +26,9 @@ from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList,
 from essaflow.data.schema import Problem
 from essaflow.grpo.advantages import group_advantages
 from essaflow.grpo.config import GRPOConfig
+from essaflow.prompt_format import PromptFormat
 from essaflow.rewards import get_reward
-from essaflow.sampling import Rollout, to_rollout
+from essaflow.sampling import Rollout, encode_prompts, is_stop, model_stop_ids, to_rollout
 
 _M32 = 0xFFFFFFFF
 
@@ -152,16 +153,22 @@ def sample(
     temperature: float,
     top_p: float,
     max_new_tokens: int,
+    fmt: PromptFormat | None = None,
 ) -> Rollout:
-    """One completion per prompt (repeat prompts for groups), sampled batch-invariantly, with masks."""
+    """One completion per raw prompt (repeat prompts for groups), sampled batch-invariantly, with masks.
+
+    Prompts are rendered as everywhere else (`fmt`: chat template, system prompt, BOS once); every EOS id of
+    the model's generation_config and the tokenizer ends a completion.
+    """
     device = next(model.parameters()).device
-    enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False, padding_side="left")
+    enc = encode_prompts(tokenizer, prompts, fmt or PromptFormat())
     ids, mask = enc["input_ids"].to(device), enc["attention_mask"].to(device)
+    stop = model_stop_ids(model, tokenizer)
     gen_cfg = GenerationConfig(
         do_sample=False,
         max_new_tokens=max_new_tokens,
         pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
+        eos_token_id=stop,
     )
     sampler = GumbelSampler(row_keys, ids.shape[1], temperature, top_p)
     out = model.generate(
@@ -172,7 +179,7 @@ def sample(
         completion = torch.nn.functional.pad(
             completion, (0, max_new_tokens - completion.shape[1]), value=tokenizer.pad_token_id
         )
-    return to_rollout(tokenizer, enc, completion)
+    return to_rollout(tokenizer, enc, completion, stop)
 
 
 def overlong_penalty(lengths: torch.Tensor, max_len: int, buffer: int) -> torch.Tensor:
@@ -185,13 +192,13 @@ def overlong_penalty(lengths: torch.Tensor, max_len: int, buffer: int) -> torch.
 
 
 def _draw_groups(
-    model, tokenizer, problems, keys, s: GRPOConfig, reward: str, max_new_tokens: int
+    model, tokenizer, problems, keys, s: GRPOConfig, reward: str, max_new_tokens: int, fmt: PromptFormat | None
 ) -> tuple[Rollout, torch.Tensor, torch.Tensor]:
     """Sample G per problem; returns the draw and [groups, G] correctness and shaped rewards."""
     g = s.group_size
     prompts = [p.prompt for p in problems for _ in range(g)]
     row_keys = hash_keys(keys[:, None], torch.arange(g)[None, :]).reshape(-1)
-    draw = sample(model, tokenizer, prompts, row_keys, s.temperature, s.top_p, max_new_tokens)
+    draw = sample(model, tokenizer, prompts, row_keys, s.temperature, s.top_p, max_new_tokens, fmt)
     fn = get_reward(reward)
     answers = [p.answer for p in problems for _ in range(g)]
     correct = torch.tensor([fn(t, a) for t, a in zip(draw.texts, answers)], dtype=torch.float32)
@@ -209,11 +216,13 @@ def collect(
     s: GRPOConfig,
     reward: str,
     max_new_tokens: int,
+    fmt: PromptFormat | None = None,
 ) -> RolloutBatch:
     """This worker's groups for `step`: sample, reward, (dynamic sampling), focal-weighted advantages.
 
     `s` is the run's grpo section; `reward` names the verifier (eval.reward) and `max_new_tokens` is the resolved
-    completion cap (grpo.max_new_tokens, else sampling.max_new_tokens).
+    completion cap (grpo.max_new_tokens, else sampling.max_new_tokens); `fmt` renders prompts (data.chat_template,
+    data.system_prompt) exactly as SFT and evaluation do.
 
     Dynamic sampling (DAPO sec. 3.2), when on, retries each zero-variance group with another problem for that
     slot, up to `dynamic_sampling_rounds` times. Groups still uniform afterwards are kept with zero advantage
@@ -225,7 +234,7 @@ def collect(
     problems = [train[index[j]] for j in slots]
     slot_t = torch.tensor(slots, dtype=torch.int64)
     draw, correct, rewards = _draw_groups(
-        model, tokenizer, problems, hash_keys(s.seed, step, slot_t, 0), s, reward, max_new_tokens
+        model, tokenizer, problems, hash_keys(s.seed, step, slot_t, 0), s, reward, max_new_tokens, fmt
     )
     g = s.group_size
     uniform_first = rewards.amax(1) == rewards.amin(1)
@@ -238,10 +247,10 @@ def collect(
     rows = torch.arange(len(slots) * g).view(-1, g)  # row index of each (group, sample) into the pieces
     retried = 0
     if s.dynamic_sampling:
-        draws = _DrawSet(model, tokenizer, s, reward, max_new_tokens, parts, rows, correct, rewards)
+        draws = _DrawSet(model, tokenizer, s, reward, max_new_tokens, parts, rows, correct, rewards, fmt)
         retried = draws.resample_uniform(train, slots, slot_t, step)
     width, prompt_ids, prompt_mask, completion, cmask = _assemble(parts, rows.reshape(-1), tokenizer.pad_token_id)
-    truncated = ~(completion == tokenizer.eos_token_id).any(dim=1)
+    truncated = ~is_stop(completion, model_stop_ids(model, tokenizer)).any(dim=1)
     loss_mask = cmask.float()
     if s.overlong_filter:  # DAPO overlong filtering: truncated completions carry no loss
         loss_mask = loss_mask * (~truncated)[:, None].float()
@@ -292,6 +301,7 @@ class _DrawSet:
     rows: torch.Tensor
     correct: torch.Tensor
     rewards: torch.Tensor
+    fmt: PromptFormat | None = None
 
     def resample_uniform(self, train: list[Problem], slots: list[int], slot_t: torch.Tensor, step: int) -> int:
         """Redraw each zero-variance group with another problem for its slot, up to dynamic_sampling_rounds
@@ -305,7 +315,9 @@ class _DrawSet:
             retried += len(todo)
             alt = [train[replacement_index(s.seed, step, slots[i], round_, len(train))] for i in todo]
             keys = hash_keys(s.seed, step, slot_t[todo], round_)
-            d2, c2, r2 = _draw_groups(self.model, self.tokenizer, alt, keys, s, self.reward, self.max_new_tokens)
+            d2, c2, r2 = _draw_groups(
+                self.model, self.tokenizer, alt, keys, s, self.reward, self.max_new_tokens, self.fmt
+            )
             for name, piece in zip(self.parts, (d2.prompt_ids, d2.prompt_mask, d2.completion_ids, d2.completion_mask)):
                 self.parts[name].append(piece)
             for k, i in enumerate(todo):  # keep the newest draw of the slot

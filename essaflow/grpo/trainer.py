@@ -39,6 +39,8 @@ from essaflow.grpo.worker import (
     run_worker,
 )
 from essaflow.results import TrainCallbacks, TrainResult
+from essaflow.sampling import warn_if_truncated
+from essaflow.usage import Usage
 
 log = logging.getLogger(__name__)
 
@@ -46,14 +48,23 @@ log = logging.getLogger(__name__)
 class _Driver:
     """Collects the workers' events into callbacks and the pieces of the TrainResult."""
 
-    def __init__(self, callbacks: TrainCallbacks):
+    def __init__(self, callbacks: TrainCallbacks, cap: int):
         self.callbacks = callbacks
+        self.cap = cap
+        self.warned = False
         self.starts: list[RankStarted] = []
         self.finished: Finished | None = None
+        self.truncated: list[float] = []
 
     def __call__(self, event: WorkerEvent) -> None:
         match event:
             case StepDone(row):
+                if "truncated_share" in row:
+                    self.truncated.append(float(row["truncated_share"]))
+                    if not self.warned:  # once per run: the share is in every step's metrics
+                        self.warned = warn_if_truncated(
+                            row["truncated_share"], f"GRPO step {row.get('step')}", self.cap
+                        )
                 self.callbacks.metrics(row)
             case CheckpointWritten(path):
                 self.callbacks.checkpoint(Path(path))
@@ -88,7 +99,7 @@ def train_grpo(
     if checkpoint_dir is not None:
         checkpoint_dir = Path(checkpoint_dir).resolve()
         checkpoint_dir.mkdir(parents=True, exist_ok=True)
-    driver = _Driver(TrainCallbacks(on_metrics, on_checkpoint))
+    driver = _Driver(TrainCallbacks(on_metrics, on_checkpoint), cfg.grpo.max_new_tokens or cfg.sampling.max_new_tokens)
     start = time.perf_counter()
     if cfg.grpo.workers.count == 1 and not cfg.grpo.ray_for_single_worker:
         info = WorkerInfo(0, 1, resolve_device(cfg.grpo.device, field="grpo.device"))
@@ -108,7 +119,19 @@ def train_grpo(
         resumed_from=done.resumed_from,
         work_by_node=dict(Counter(s.node[:8] for s in driver.starts).most_common()),
         worker_failures=max(0, sum(1 for s in driver.starts if s.rank == 0) - 1),  # group restarts
+        truncated_share=round(sum(driver.truncated) / len(driver.truncated), 4) if driver.truncated else None,
+        usage=step_usage(done.metrics, done.resumed_from),
     )
+
+
+def step_usage(metrics: list[dict], resumed_from: int | None) -> Usage:
+    """What this call's steps cost (the rows before a resume were paid by the earlier call)."""
+    usage = Usage()
+    for m in metrics:
+        if "gen_tokens" in m and m.get("step", 0) > (resumed_from or 0):
+            usage.add(Usage(m["gen_tokens"], m.get("forward_tokens", 0), m.get("backward_tokens", 0),
+                            m.get("device_s", 0.0)))  # fmt: skip
+    return usage
 
 
 __all__ = ["train_grpo"]

@@ -64,6 +64,12 @@ class StepSums:
     gen_tokens: float = 0.0
     retried: float = 0.0
     truncated: float = 0.0
+    forward_tokens: float = 0.0
+    """Tokens through gradient-free forwards: the rollout's prompts and completions, old/reference log-probs."""
+    backward_tokens: float = 0.0
+    """Tokens through forward + backward: every sequence once over the step's mini-batches."""
+    device_s: float = 0.0
+    """Process CPU-seconds of the step (wall seconds on a GPU), summed over ranks (essaflow/usage.py)."""
 
     @classmethod
     def of(cls, batch: RolloutBatch) -> StepSums:
@@ -110,6 +116,10 @@ class StepMetrics:
     truncated_share: float
     retried_groups: int
     gen_tokens: int
+    forward_tokens: int = 0
+    backward_tokens: int = 0
+    device_s: float = 0.0
+    """Device-seconds of the step over all ranks: CPU time on CPU, wall time on a GPU (essaflow/usage.py)."""
     grad_norm: float = 0.0
     lr: float = 0.0
     step_s: float = 0.0
@@ -141,6 +151,9 @@ class StepMetrics:
             truncated_share=s.truncated / seqs,
             retried_groups=int(s.retried),
             gen_tokens=int(s.gen_tokens),
+            forward_tokens=int(s.forward_tokens),
+            backward_tokens=int(s.backward_tokens),
+            device_s=round(s.device_s, 4),
         )
 
     def as_row(self) -> dict:

@@ -168,8 +168,13 @@ class Learner:
     def step(self, train: list[Problem], slots: list[int], step: int) -> StepMetrics:
         """One rollout step: rollout (+ advantages) -> loss -> optimiser step -> the step's global metrics."""
         g, t0 = self.cfg.grpo, time.perf_counter()
+        clock = time.perf_counter if self.info.device.type == "cuda" else time.process_time  # essaflow/usage.py
+        c0 = clock()
         self.comm.grad = self.comm.aux = 0
-        batch = collect(self.model, self.tokenizer, train, slots, step, g, self.cfg.eval.reward, self.max_new_tokens)
+        batch = collect(
+            self.model, self.tokenizer, train, slots, step, g, self.cfg.eval.reward, self.max_new_tokens,
+            self.cfg.data.prompt_format(),
+        )  # fmt: skip
         if self.ref_model is not None:
             with torch.no_grad():
                 batch.ref_logp = token_logprobs(
@@ -177,6 +182,10 @@ class Learner:
                 )[0].cpu()
         sums, t1 = StepSums.of(batch), time.perf_counter()
         grad_norm = update(self.ddp, batch, self.optimizer, self.params, g, self.info, sums, self.comm)
+        sequence_tokens = float(batch.attention_mask.sum())  # prompt + completion, padding left out
+        extra_passes = (g.mini_batches > 1) + (self.ref_model is not None)  # old and reference log-probs
+        sums.forward_tokens, sums.backward_tokens = sequence_tokens * (1 + extra_passes), sequence_tokens
+        sums.device_s = clock() - c0
         lr = self.scheduler.get_last_lr()[0]
         self.scheduler.step()
         metrics = StepMetrics.from_sums(step + 1, sums.all_reduced(self.info, self.comm))
@@ -188,7 +197,9 @@ class Learner:
         return metrics
 
     def held_out(self, problems: list[Problem]) -> float:
-        gen = TransformersGenerator(self.model, self.tokenizer, self.cfg.sampling.batch_size)
+        gen = TransformersGenerator(
+            self.model, self.tokenizer, self.cfg.sampling.batch_size, self.cfg.data.prompt_format()
+        )
         return greedy_accuracy(gen, problems, self.max_new_tokens, self.cfg.eval.reward)
 
     def save_checkpoint(self, root: Path, done: int, state: dict[str, Any]) -> Path | None:

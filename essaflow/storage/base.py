@@ -124,6 +124,11 @@ class ArtifactStore(ABC):
         """Keys (relative to the root, sorted) of every object under the directory ``prefix`` (all if empty)."""
 
     @abstractmethod
+    def versions(self, prefix: str = "") -> dict[str, str]:
+        """{key: version} of every object under ``prefix`` (or of the object ``prefix`` itself): a version changes
+        whenever the object's bytes do (S3: ETag and size; files: SHA-256). Content-keyed caches use it."""
+
+    @abstractmethod
     def upload_file(self, local: Path, key: str) -> str:
         """Copy a local file to ``key`` (multipart on S3 for large files); returns its SHA-256."""
 

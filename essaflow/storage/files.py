@@ -34,6 +34,13 @@ class FileStore(ArtifactStore):
     def url(self, key: str) -> str:
         return _join(self.uri, _clean_key(key, allow_empty=True))
 
+    def versions(self, prefix: str = "") -> dict[str, str]:
+        from essaflow.content_digest import file_digest
+
+        if prefix and self._path(prefix).is_file():
+            return {_clean_key(prefix): file_digest(self._path(prefix))}
+        return {k: file_digest(self._path(k)) for k in self.list(prefix)}
+
     def _path(self, key: str) -> Path:
         return self.root / _clean_key(key)
 

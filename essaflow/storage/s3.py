@@ -318,6 +318,25 @@ class S3Store(ArtifactStore):
 
         return self._call("list", prefix, scan)
 
+    def versions(self, prefix: str = "") -> dict[str, str]:
+        """ETag and size from one listing (no object is read): a rewritten object gets a new ETag."""
+        prefix = _clean_key(prefix, allow_empty=True)
+        full_prefix = _join(self.prefix, prefix)
+        cut = len(self.prefix) + 1 if self.prefix else 0
+
+        def scan():
+            found = {}
+            for page in self._client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=full_prefix):
+                for o in page.get("Contents", []):
+                    key = o["Key"]
+                    # the object itself, or one under the directory prefix (not a sibling sharing its start)
+                    inside = not full_prefix or key == full_prefix or key.startswith(full_prefix + "/")
+                    if inside and not key.endswith("/"):
+                        found[key[cut:]] = f"{o.get('ETag', '').strip(chr(34))}:{o.get('Size', 0)}"
+            return dict(sorted(found.items()))
+
+        return self._call("list", prefix, scan)
+
     def list(self, prefix: str = "") -> list[str]:
         cut = len(self.prefix) + 1 if self.prefix else 0
         return sorted(k[cut:] for k in self._list_full(prefix))

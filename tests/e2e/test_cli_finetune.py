@@ -84,6 +84,14 @@ def test_eval_scores_the_champion_from_the_registry(workdir, first_run):
     assert out["report_uri"].startswith("file://")
 
 
+def test_eval_without_a_config_uses_the_dataset_and_protocol_the_version_records(workdir, first_run):
+    out, err = essaflow(workdir, "eval", "--model", "e2e-tiny", "--alias", "champion")
+    assert "on its recorded dataset and protocol" in err
+    # the run's eval protocol (n=4, ks 1,2,4), not the defaults (n=16, ks up to 16)
+    assert set(out["pass_at_k"]) == {"greedy", "pass@1", "pass@2", "pass@4"}
+    assert 0.0 <= out["truncated_share"] <= 1.0
+
+
 @pytest.mark.parametrize(
     "fitness,kind", [("accuracy", "black-box reward"), ("answer_logprob", "gray-box: needs reference answers")]
 )

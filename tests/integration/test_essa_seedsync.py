@@ -73,6 +73,15 @@ def test_seed_and_vectors_modes_and_worker_counts_give_the_same_run(runs):
     assert seed_bytes < vector_bytes / 5, f"seed mode moves far less: {seed_bytes} vs {vector_bytes} bytes"
 
 
+def test_seed_mode_moves_a_few_bytes_per_candidate_whatever_the_model(tiny, runs):
+    """One call and one answer per worker a generation, 4 bytes a candidate each way plus under 96 bytes of
+    envelope: independent of the model and the minibatch (at population 32 that is under 1/1000 of a GRPO
+    all-reduce for configs/tiny-essa.yaml's LoRA: tests/unit/test_essa_replica.py, bench/essa_scaling.py)."""
+    cfg, _, _ = tiny
+    per_generation = [m["bytes"] for m in runs["seed", 2].metrics if "bytes" in m][1:]  # after the first draw
+    assert max(per_generation) <= 2 * (96 + 4 * cfg.essa.population), per_generation
+
+
 def test_replicas_stay_in_agreement_over_a_run(runs):
     for count in (1, 2):
         assert [m["resyncs"] for m in runs["seed", count].metrics] == [0] * 4, "no state ever re-sent"
@@ -85,8 +94,9 @@ def search(population, cfg, splits, dimension: int, generations: int, until=None
     sampler = MinibatchSampler(len(splits.train), e.minibatch, e.seed)
     fitness, stats = [], []
     for g in range(generations):
+        idx = sampler.next()
         x = strategy.ask()
-        f, s = population.evaluate(x, sampler.next(), generation_seed(e.seed, g), g, strategy)
+        f, s = population.evaluate(x, idx, generation_seed(e.seed, g), g, strategy, sampler)
         strategy.tell(x, f)
         fitness.append(f)
         stats.append(s)
@@ -100,8 +110,8 @@ class PerturbOnce(CandidateScorer):
 
     marker = ""
 
-    def _sync_replica(self, generation, header):
-        replica = super()._sync_replica(generation, header)
+    def _sync_replica(self, generation, fitness, state):
+        replica = super()._sync_replica(generation, fitness, state)
         if generation == 2 and not os.path.exists(self.marker):
             Path(self.marker).touch()
             replica.strategy._opt._mean += 1e-12  # cmaes's mean (the tiny config's strategy is cma)

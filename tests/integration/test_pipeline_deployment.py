@@ -26,6 +26,11 @@ pytestmark = pytest.mark.integration
 MODEL = "pipeline-test"
 
 
+def tiny_for(method: str) -> dict:
+    """The test budgets for one method's deployment: its form has no section of the other method."""
+    return {k: v for k, v in tiny().items() if k != {"essa": "grpo", "fgrpo": "essa"}[method]}
+
+
 @pytest.fixture(scope="module")
 def deployed(pipeline_stack, stack_in_process_module):
     env = pipeline_stack.subprocess_env()
@@ -61,7 +66,7 @@ def stack_in_process_module(pipeline_stack):
 
 @pytest.fixture(scope="module")
 def essa_run(deployed, pipeline_stack, tmp_path_factory):
-    params = {"config": tiny(method="essa")}
+    params = {"config": tiny_for("essa")}  # onto configs/tiny-essa.yaml, key by key
     return run_deployment(
         "finetune/finetune-essa", params, pipeline_stack.subprocess_env(), tmp_path_factory.mktemp("w")
     )
@@ -69,7 +74,7 @@ def essa_run(deployed, pipeline_stack, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def fgrpo_run(essa_run, pipeline_stack, tmp_path_factory):
-    params = {"config": tiny(method="fgrpo")}
+    params = {"config": tiny_for("fgrpo")}
     return run_deployment(
         "finetune/finetune-fgrpo", params, pipeline_stack.subprocess_env(), tmp_path_factory.mktemp("w")
     )
@@ -84,13 +89,15 @@ def test_deploy_all_creates_the_three_deployments_with_schedules_and_a_form(depl
     crons = {n: [s.schedule.cron for s in deps[n].schedules] for n in ("finetune-essa", "finetune-fgrpo")}
     assert crons == {"finetune-essa": ["0 2 * * *"], "finetune-fgrpo": ["0 3 * * 0"]}
     assert all(d.work_pool_name == "essaflow-process" for d in deps.values())
-    # the UI renders a form from this schema: typed, documented fields, enums as choices
+    # the UI renders a form from this schema: typed, documented fields titled by key, enums as choices, only the
+    # deployment's own method; no parameters stored, so a Quick run or the schedule runs the preset
     schema = deps["finetune-essa"].parameter_openapi_schema
-    config = schema["definitions"]["PipelineConfig"]["properties"]
-    assert config["method"]["enum"] == ["essa", "fgrpo", "none"]
-    assert "description" in config["promotion_metric"]
+    config = schema["definitions"]["ESSAPipelineConfig"]["properties"]
+    assert config["method"]["enum"] == ["essa"] and "grpo" not in config and "GRPOConfig" not in schema["definitions"]
+    assert config["data"]["title"] == "data" and "description" in config["promotion_metric"]
     assert schema["definitions"]["ESSAConfig"]["properties"]["population"]["type"] == "integer"
-    assert deps["finetune-essa"].parameters["config"]["method"] == "essa"
+    assert schema["properties"]["config"]["default"]["essa"]["strategy"] == "es"  # configs/tiny-essa.yaml
+    assert deps["finetune-essa"].parameters == {} and deps["finetune-fgrpo"].parameters == {}
 
 
 def test_finetune_essa_deployment_completes_on_a_process_worker(essa_run):
@@ -102,7 +109,7 @@ def test_finetune_essa_deployment_completes_on_a_process_worker(essa_run):
     assert {"finetune-summary", "passk-before-after", "passk-base", "passk-tuned", "train-progress"} <= set(artifacts)
     assert artifacts["train-progress"] == 100.0
     assert "MLflow run" in artifacts["finetune-summary"] and "runs/" in artifacts["finetune-summary"]
-    assert "Method: ESSA(cma, accuracy); fitness: black-box reward" in artifacts["finetune-summary"]
+    assert "Method: ESSA(es, accuracy); fitness: black-box reward" in artifacts["finetune-summary"]  # the preset's
     print(f"finetune-essa via worker: {took:.1f}s")
 
 
@@ -114,7 +121,7 @@ def test_champion_pyfunc_loads_by_alias_and_generates(essa_run, stack_in_process
     version = client.get_model_version_by_alias(MODEL, "champion")
     assert version.tags["essaflow.run_id"] == flow_run_id
     assert version.tags["method"] == "essa" and version.tags["base_model"] == "builtin:tiny"
-    assert version.tags["fitness_kind"] == "black-box reward" and version.tags["method_label"] == "ESSA(cma, accuracy)"
+    assert version.tags["fitness_kind"] == "black-box reward" and version.tags["method_label"] == "ESSA(es, accuracy)"
     assert len(version.tags["dataset_hash"]) == 16 and version.tags["git_commit"]
     assert set(json.loads(version.tags["pass_at_k"])) >= {"pass@1", "pass@4"}
     run = client.get_run(version.run_id)  # the pipeline's MLflow run: params, per-generation metrics, plots

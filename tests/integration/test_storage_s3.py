@@ -66,6 +66,25 @@ def test_bytes_json_list_exists(s3_store: S3Store):
     assert s3_store.list() == ["ab/d.txt"]
 
 
+def test_versions_change_with_the_bytes_and_only_with_them(s3_store: S3Store):
+    """The dataset cache key of an s3:// source is its objects' ETags and sizes (essaflow/data/fingerprint.py):
+    on the real server a rewrite with other bytes is a new version, the same bytes again are not."""
+    s3_store.put_bytes("data/train.jsonl", b'{"prompt": "1+1", "answer": "2"}\n')
+    s3_store.put_bytes("data/extra/part-1.jsonl", b"x")
+    s3_store.put_bytes("database.txt", b"a sibling sharing the prefix's start")
+    first = s3_store.versions("data")
+    assert sorted(first) == ["data/extra/part-1.jsonl", "data/train.jsonl"], "the prefix as a directory"
+    assert s3_store.versions("data/train.jsonl") == {"data/train.jsonl": first["data/train.jsonl"]}
+    s3_store.put_bytes("data/train.jsonl", b'{"prompt": "1+1", "answer": "2"}\n')
+    assert s3_store.versions("data") == first, "same bytes, same version"
+    s3_store.put_bytes("data/train.jsonl", b'{"prompt": "1+1", "answer": "3"}\n')
+    changed = s3_store.versions("data")
+    assert changed["data/train.jsonl"] != first["data/train.jsonl"]
+    assert changed["data/extra/part-1.jsonl"] == first["data/extra/part-1.jsonl"]
+    s3_store.delete_prefix("data")
+    s3_store.delete_prefix("database.txt")
+
+
 def test_upload_dir_download_dir_verify(s3_store: S3Store, tmp_path: Path):
     src = tmp_path / "src"
     files = _make_dir(src, n=5)

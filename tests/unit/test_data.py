@@ -64,8 +64,10 @@ def test_malformed_rows_reported_with_row_numbers(tmp_path):
         load_problems(cfg)
     assert [i for i, _ in err.value.bad] == [1, 2, 3]
     msg = str(err.value)
-    assert "row 1: answer is missing" in msg and "row 2: prompt is missing or not text" in msg
-    assert "row 3: duplicate id 'a'" in msg
+    assert str(path) in msg
+    assert "line 2, column 'answer': answer is missing" in msg
+    assert "line 3, column 'question': prompt is the number 5, not text" in msg
+    assert "line 4, column 'id': duplicate id 'a' (first at line 1)" in msg
 
 
 def test_malformed_rows_dropped_and_counted(tmp_path, caplog):

@@ -14,7 +14,7 @@ from essaflow.grpo.worker import build_policy
 from essaflow.models import load_tokenizer
 from tests.support.grpo_tiny import make_tiny
 
-TIMING = {"step_s", "gen_s", "train_s", "tokens_per_s"}
+TIMING = {"step_s", "gen_s", "train_s", "tokens_per_s", "device_s"}
 
 
 def _weights(adapter_dir):

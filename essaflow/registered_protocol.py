@@ -1,0 +1,39 @@
+"""The data and evaluation protocol a registered model version was trained and judged with, kept in its tags.
+
+Registration writes the run's data, eval and sampling configs as JSON tags; `essaflow eval --model NAME` reads
+them back, so re-evaluating a champion without a config uses the dataset it was trained on and the protocol its
+recorded pass@k came from (a config or --set given on the command line still wins).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from essaflow.config import PipelineConfig
+
+PROTOCOL_TAGS = {"data": "essaflow.data_config", "eval": "essaflow.eval_config", "sampling": "essaflow.sampling_config"}
+"""Config section -> the model version tag holding it as JSON."""
+
+
+def protocol_tags(cfg: PipelineConfig) -> dict[str, str]:
+    """The version tags recording cfg's data, eval and sampling sections (JSON)."""
+    return {tag: json.dumps(getattr(cfg, section).model_dump(mode="json"), sort_keys=True)
+            for section, tag in PROTOCOL_TAGS.items()}  # fmt: skip
+
+
+def protocol_from_tags(tags: dict[str, str]) -> dict[str, Any]:
+    """{section: config dict} for the sections a version's tags record (versions registered before: none)."""
+    out = {}
+    for section, tag in PROTOCOL_TAGS.items():
+        if tags.get(tag):
+            out[section] = json.loads(tags[tag])
+    return out
+
+
+def registered_protocol(tracking_uri: str, name: str, alias: str) -> dict[str, Any]:
+    """The recorded protocol of models:/name@alias ({} when its tags hold none)."""
+    from essaflow import tracking
+
+    version = tracking.client(tracking_uri).get_model_version_by_alias(name, alias)
+    return protocol_from_tags(dict(version.tags or {}))

@@ -1,0 +1,143 @@
+"""The deployments' parameters: one model per flow, its defaults read from a preset in configs/.
+
+The preset file is the one source of a deployment's defaults: a Quick run or a scheduled run of finetune-essa (no
+parameters given), a Custom run from the Prefect form and `essaflow run configs/tiny-essa.yaml` run the same config.
+Whatever a caller does give overrides the preset key by key, as `--set` does on the command line: a nested mapping
+is merged into the preset's section, any other value (a list, a number) replaces it. The form shows the preset's
+values, because the model's default instance is the preset.
+
+Each finetune model is the pipeline config of one method: `ESSAPipelineConfig` has no `grpo` section and
+`FGRPOPipelineConfig` no `essa` section, so each deployment's form holds only its method's settings. The flow turns
+its model into the full `PipelineConfig` (`.pipeline()`), the other method's section at its library defaults,
+unused.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import yaml
+from pydantic import Field, create_model, model_validator
+
+from essaflow.config import DataConfig, EvalConfig, PipelineConfig, SamplingConfig, load_config
+from essaflow.config_base import ConfigError, StrictConfig
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+
+
+def preset_path(preset: str) -> Path:
+    """configs/<preset>.yaml, or under ESSAFLOW_PRESETS_DIR when set (presets kept outside the checkout; the
+    browser test's tiny budgets). Set it alike for `essaflow deploy` (the form) and the worker (the runs)."""
+    return Path(os.environ.get("ESSAFLOW_PRESETS_DIR") or CONFIGS) / f"{preset}.yaml"
+
+
+def preset_tree(preset: str) -> dict[str, Any]:
+    """The preset file as the plain mapping `essaflow run configs/<preset>.yaml` starts from."""
+    tree = yaml.safe_load(preset_path(preset).read_text()) or {}
+    if not isinstance(tree, dict):
+        raise ConfigError(f"{preset_path(preset)} must hold a mapping at the top level")
+    return tree
+
+
+def merge_tree(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """`over` on top of `base`: mappings merge key by key, any other value replaces (a list is not appended)."""
+    out = copy.deepcopy(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge_tree(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+class PresetParams(StrictConfig):
+    """A preset from configs/ plus what the caller gives: the given keys override the preset's (see merge_tree)."""
+
+    preset: ClassVar[str]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _onto_preset(cls, data: Any) -> Any:
+        return merge_tree(cls.preset_values(), data) if isinstance(data, dict) else data
+
+    @classmethod
+    def preset_values(cls) -> dict[str, Any]:
+        return preset_tree(cls.preset)
+
+
+# ------------------------------------------------------------------------------------------------ finetune
+
+_OTHER_SECTION = {"essa": "grpo", "fgrpo": "essa"}
+
+
+class _MethodPipeline(PresetParams):
+    """PipelineConfig of one method; validated as the full PipelineConfig too, so its cross-field rules hold."""
+
+    @model_validator(mode="after")
+    def _valid_pipeline(self) -> _MethodPipeline:
+        self.pipeline()
+        return self
+
+    def pipeline(self) -> PipelineConfig:
+        """The full pipeline config the tasks take (the other method's section at its defaults, unused)."""
+        return PipelineConfig.model_validate(self.model_dump())
+
+
+def _method_model(name: str, method: Literal["essa", "fgrpo"], preset: str, doc: str) -> type[_MethodPipeline]:
+    """PipelineConfig's fields in their order, less the other method's section, `method` fixed to this one."""
+    fields: dict[str, Any] = {}
+    for key, info in PipelineConfig.model_fields.items():
+        if key == _OTHER_SECTION[method]:
+            continue
+        if key == "method":
+            # one choice, shown as a select: the other method is the other deployment
+            about = f"Training method: {method} (this flow's)."
+            fields[key] = (Literal[method], Field(method, description=about, json_schema_extra={"enum": [method]}))
+        else:
+            fields[key] = (info.annotation, copy.copy(info))
+    model = create_model(name, __base__=_MethodPipeline, __doc__=doc, __module__=__name__, **fields)
+    model.preset = preset
+    load_config(preset_path(preset))  # a preset that is no valid config fails at import, naming the field
+    return model
+
+
+ESSAPipelineConfig = _method_model(
+    "ESSAPipelineConfig", "essa", "tiny-essa", "An ESSA pipeline run; defaults from configs/tiny-essa.yaml."
+)
+FGRPOPipelineConfig = _method_model(
+    "FGRPOPipelineConfig", "fgrpo", "tiny-fgrpo", "An F-GRPO pipeline run; defaults from configs/tiny-fgrpo.yaml."
+)
+
+
+# ------------------------------------------------------------------------------------------------ evaluate
+
+
+class EvaluateParams(PresetParams):
+    """Which registered model to evaluate, on what data, with which protocol; defaults from configs/tiny.yaml."""
+
+    preset: ClassVar[str] = "tiny"
+
+    model_name: str = "tiny-arith"
+    """Registered model name (the pipeline name)."""
+    alias: str = "champion"
+    """Alias to evaluate: champion, challenger, or any alias you set."""
+    data: DataConfig = DataConfig()
+    """Dataset to evaluate on (its eval split); the same config as training gives the same held-out problems."""
+    eval: EvalConfig = EvalConfig()
+    """pass@k protocol."""
+    sampling: SamplingConfig = SamplingConfig()
+    """Generation settings."""
+    storage_uri: str = PipelineConfig().storage_uri
+    """Artifact root for the report (the default yields to ESSAFLOW_STORAGE_URI)."""
+    tracking_uri: str | None = None
+    """MLflow tracking URI; None uses MLFLOW_TRACKING_URI or the local sqlite file."""
+
+    @classmethod
+    def preset_values(cls) -> dict[str, Any]:
+        """The preset's pipeline name and its data, eval and sampling sections: what its runs were scored on."""
+        tree = preset_tree(cls.preset)
+        picked = {k: tree[k] for k in ("data", "eval", "sampling") if k in tree}
+        return {"model_name": tree.get("name", "tiny-arith"), **picked}

@@ -1,0 +1,40 @@
+"""Both training jobs on a Qwen-architecture checkpoint with a GSM8K-format file, a few steps each: SFT on the
+worked solutions under the chat template, ESSA scoring and GRPO rollouts, pass@k before and after, truncation
+shares in the job's JSON. A smoke run (seconds), not a gain: the dress rehearsals of the paper recipes build on
+tests/support/real_checkpoints.py for that."""
+
+import pytest
+
+from essaflow.config import load_config
+from essaflow.job import run_training_job
+from tests.support.real_checkpoints import qwen_trained, write_gsm8k_jsonl  # noqa: F401 (fixture)
+
+pytestmark = pytest.mark.learning
+
+METHODS = {
+    "essa": ["essa.population=4", "essa.generations=2", "essa.minibatch=8", "essa.eval_every=0", "essa.backend=local"],
+    "fgrpo": ["grpo.steps=2", "grpo.group_size=4", "grpo.prompts_per_step=4", "grpo.eval_every=0",
+              "grpo.checkpoint_every=0"],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_both_jobs_run_on_a_chat_checkpoint_and_report_truncation(method, qwen_trained, tmp_path):  # noqa: F811
+    data = write_gsm8k_jsonl(tmp_path / "gsm8k.jsonl", n=120)
+    cfg = load_config(
+        None,
+        [
+            f"method={method}", "data.source=file", f"data.path={data}", "data.adapter=gsm8k", "data.eval_size=16",
+            "data.system_prompt='Write the answer after ####.'", f"model.name_or_path={qwen_trained}",
+            "model.target_modules=[q_proj,v_proj]", "model.lora_rank=4", "sampling.max_new_tokens=64",
+            "eval.samples_per_problem=4", "eval.ks=[1,2,4]", "sft.steps=20", "sft.batch_size=8", "sft.lr=1e-3",
+            f"storage_uri=file://{tmp_path}/store", *METHODS[method],
+        ],
+    )  # fmt: skip
+    assert cfg.eval.reward == "math_verify" and cfg.sft.target == "solution"
+    out = run_training_job(cfg)
+    shares = out["truncated_share"]
+    print(method, "truncated shares", shares)
+    assert out["steps"] == 2 and set(out["after"]) >= {"greedy", "pass@1"}
+    assert 0.0 <= shares["before"] <= 1.0 and 0.0 <= shares["after"] <= 1.0
+    assert (shares["rollouts"] is None) == (method == "essa")

@@ -1,0 +1,101 @@
+"""`check-config` checks the inputs a config names, offline: the model path or hub id, the data path, the columns in
+the file, the template; each problem one `error:` line naming the field, exit code 2."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from cli.main import app
+from essaflow.config import load_config
+from essaflow.input_check import check_inputs
+
+
+def _cfg(*overrides: str):
+    return load_config(None, list(overrides))
+
+
+@pytest.fixture
+def ckpt(tmp_path):
+    d = tmp_path / "ckpt"
+    d.mkdir()
+    (d / "config.json").write_text("{}")
+    return d
+
+
+@pytest.fixture
+def gsm8k(tmp_path):
+    f = tmp_path / "gsm8k.jsonl"
+    f.write_text("".join(json.dumps({"question": f"q{i}", "answer": f"w\n#### {i}"}) + "\n" for i in range(10)))
+    return f
+
+
+def test_the_default_config_passes():
+    report = check_inputs(_cfg())
+    assert report.problems == [] and any("built-in tiny" in n for n in report.notes)
+
+
+@pytest.mark.parametrize(
+    ("name", "problem"),
+    [
+        ("/no/such/model", "'/no/such/model' does not exist"),
+        ("./ckpt-missing", "does not exist"),
+        ("not a hub id!", "is neither a local directory nor a hub id"),
+        ("s3://bucket-only", "needs a bucket and a key"),
+    ],
+)
+def test_a_model_that_cannot_be_found_is_named(name, problem):
+    report = check_inputs(_cfg(f"model.name_or_path={name}"))
+    assert len(report.problems) == 1 and report.problems[0].startswith("model.name_or_path: ")
+    assert problem in report.problems[0]
+
+
+def test_a_directory_without_config_json_is_no_checkpoint(tmp_path, ckpt):
+    assert check_inputs(_cfg(f"model.name_or_path={ckpt}")).problems == []
+    (ckpt / "config.json").unlink()
+    assert "without config.json" in check_inputs(_cfg(f"model.name_or_path={ckpt}")).problems[0]
+
+
+def test_chat_template_always_needs_a_tokenizer_with_one(ckpt):
+    problems = check_inputs(_cfg("data.chat_template=always")).problems  # the built-in tiny model has none
+    assert len(problems) == 1 and problems[0].startswith("data.chat_template: ")
+    assert check_inputs(_cfg(f"model.name_or_path={ckpt}", "data.chat_template=always")).problems
+    (ckpt / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ messages[0].content }}"}))
+    assert check_inputs(_cfg(f"model.name_or_path={ckpt}", "data.chat_template=always")).problems == []
+    assert check_inputs(_cfg(f"model.name_or_path={ckpt}", "data.chat_template=auto")).problems == []
+
+
+def test_a_hub_id_is_spelling_checked_only():
+    report = check_inputs(_cfg("model.name_or_path=Qwen/Qwen2.5-0.5B-Instruct"))
+    assert report.problems == [] and any("not resolved offline" in n for n in report.notes)
+
+
+def test_data_path_columns_and_sizes_are_checked(tmp_path, gsm8k):
+    base = ["data.source=file", "data.eval_size=2"]
+    assert check_inputs(_cfg(*base, f"data.path={gsm8k}", "data.adapter=gsm8k")).problems == []
+    missing = check_inputs(_cfg(*base, f"data.path={tmp_path / 'nope.jsonl'}")).problems
+    assert missing == [f"data.path: {tmp_path / 'nope.jsonl'}: data.path does not exist"]
+    columns = check_inputs(_cfg(*base, f"data.path={gsm8k}")).problems  # plain adapter: no 'prompt' column
+    assert "no column 'prompt'" in columns[0] and "columns present: ['question', 'answer']" in columns[0]
+    small = check_inputs(_cfg("data.source=file", f"data.path={gsm8k}", "data.adapter=gsm8k")).problems
+    assert small == ["data.eval_size=256 leaves no training data out of 10 problems"]
+
+
+def test_the_cli_prints_one_error_line_per_problem_and_exits_2(tmp_path, gsm8k):
+    runner = CliRunner()
+    ok = runner.invoke(app, ["check-config", "--set", "data.source=file", "--set", f"data.path={gsm8k}",
+                             "--set", "data.adapter=gsm8k", "--set", "data.eval_size=2"])  # fmt: skip
+    assert ok.exit_code == 0, ok.output
+    bad = runner.invoke(app, ["check-config", "--set", "model.name_or_path=/no/model", "--set", "data.source=file",
+                              "--set", f"data.path={tmp_path / 'x.csv'}"])  # fmt: skip
+    errors = [line for line in bad.output.splitlines() if line.startswith("error: ")]
+    assert bad.exit_code == 2 and len(errors) == 2, bad.output
+    assert errors[0].startswith("error: model.name_or_path:") and errors[1].startswith("error: data.path:")
+    no_path = runner.invoke(app, ["check-config", "--set", "data.source=file"])
+    assert no_path.exit_code == 2 and "data.path is required for data.source='file'" in no_path.output
+    template = runner.invoke(app, ["check-config", "--set", "data.prompt_template=Solve"])
+    assert template.exit_code == 2 and "data.prompt_template" in template.output
+    skipped = runner.invoke(app, ["check-config", "--no-inputs", "--set", "model.name_or_path=/no/model"])
+    assert skipped.exit_code == 0
