@@ -31,6 +31,17 @@ def emit(result: dict[str, Any]) -> None:
     typer.echo(json.dumps(result))
 
 
+def fail(error: str, stage: str, run_id: str | None, rerun: list[str]) -> None:
+    """A failed job: one line on stderr, the failure's JSON line last on stdout (`error`, `stage`, `run_id` and the
+    command that resumes the run, when there is one to resume), exit status 1."""
+    import shlex
+
+    typer.echo(f"error: {stage}: {error}", err=True)
+    resume = shlex.join([*rerun, "--resume", run_id]) if run_id and rerun else None
+    emit({"error": error, "stage": stage, "run_id": run_id, "resume": resume})
+    raise typer.Exit(1)
+
+
 def setup_logging(verbose: bool) -> None:
     """Plain logging for the jobs that run without Prefect."""
     logging.basicConfig(

@@ -2,31 +2,40 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from cli.common import ConfigOpt, SetOpt, emit, load, setup_logging
+from cli.common import ConfigOpt, SetOpt, emit, fail, load, setup_logging
+from essaflow.config import PipelineConfig
+
+
+def _training_job(cfg: PipelineConfig) -> None:
+    """The job's JSON line, or on failure its error as the JSON line (traceback in the log with --verbose)."""
+    from essaflow.job import run_training_job
+    from essaflow.secrets import scrub
+
+    try:
+        out = run_training_job(cfg)
+    except Exception as err:
+        logging.getLogger("essaflow.job").info("job failed", exc_info=True)
+        fail(scrub(f"{type(err).__name__}: {err}"), f"{cfg.method} job", None, [])
+    emit(out)
 
 
 def essa(config: ConfigOpt = None, set_: SetOpt = None, verbose: bool = False) -> None:
     """SFT warm start (cached) then ESSA; prints before/after held-out accuracy as JSON last."""
     setup_logging(verbose)
-    cfg = load(config, set_, method="essa")
-    from essaflow.job import run_training_job
-
-    emit(run_training_job(cfg))
+    _training_job(load(config, set_, method="essa"))
 
 
 def grpo(config: ConfigOpt = None, set_: SetOpt = None, verbose: bool = False) -> None:
     """SFT warm start (cached) then GRPO / F-GRPO; prints before/after held-out accuracy as JSON last."""
     setup_logging(verbose)
-    cfg = load(config, set_, method="fgrpo")
-    from essaflow.job import run_training_job
-
-    emit(run_training_job(cfg))
+    _training_job(load(config, set_, method="fgrpo"))
 
 
 def build_tiny(out: Annotated[Path | None, typer.Option(help="target directory")] = None) -> None:

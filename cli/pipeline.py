@@ -11,8 +11,13 @@ from typing import Annotated, Any
 
 import typer
 
-from cli.common import ConfigOpt, SetOpt, emit, flow_logging, load, service_env
+from cli.common import ConfigOpt, SetOpt, emit, fail, flow_logging, load, service_env
 from essaflow.config import PipelineConfig
+
+ResumeOpt = Annotated[
+    str | None,
+    typer.Option(help="continue a failed run from its newest checkpoint: its run id, or 'last' (newest failed run)"),
+]
 
 
 @contextmanager
@@ -42,20 +47,56 @@ def progress_bars(enabled: bool) -> Iterator[None]:
             LISTENERS.remove(listener)
 
 
-def finetune_summary(cfg: PipelineConfig, progress: bool) -> dict[str, Any]:
-    """Run the finetune flow in this process (Prefect's temporary local API unless PREFECT_API_URL is set)."""
+def quiet_console_tracebacks() -> None:
+    """Tracebacks stay in the run's log (Prefect's API handler, the UI); the terminal gets the one-line messages."""
+    import logging
+
+    from prefect.logging.handlers import PrefectConsoleHandler
+
+    from tasks.failures import StripTracebacks
+
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, PrefectConsoleHandler) and not any(
+            isinstance(f, StripTracebacks) for f in handler.filters
+        ):
+            handler.addFilter(StripTracebacks())
+
+
+def rerun_command(argv: list[str], set_: list[str] | None) -> list[str]:
+    """The command that ran, as `essaflow ...` words, for the resume hint (every --set repeated)."""
+    return ["essaflow", *argv, *(w for item in set_ or [] for w in ("--set", item))]
+
+
+def finetune_summary(
+    cfg: PipelineConfig, progress: bool, resume: str | None = None, rerun: list[str] | None = None
+) -> dict[str, Any]:
+    """Run the finetune flow in this process (Prefect's temporary local API unless PREFECT_API_URL is set).
+
+    On failure: the failed stage's error as one line on stderr and as the JSON line last on stdout, with the run id
+    and the command that resumes it; exit status 1 (the traceback is in the run's log, not on the terminal).
+    """
     start = time.perf_counter()
     service_env()
     from flows.finetune import finetune
+    from tasks import failures
 
+    quiet_console_tracebacks()
+    rerun = rerun or ["essaflow", "run"]
     try:
         with progress_bars(progress):
-            result = finetune(cfg)
-    except Exception as err:
-        from essaflow.tracking import scrub
-
-        typer.echo(f"error: {type(err).__name__}: {scrub(str(err))}", err=True)
-        raise typer.Exit(1) from None
+            state = finetune(cfg, resume=resume, return_state=True)
+    except Exception as err:  # the orchestrator itself (e.g. Prefect's API did not start)
+        fail(failures.describe(err), "orchestration", resume if resume and resume != "last" else None, rerun)
+        raise  # not reached: fail() exits
+    failure, run_id = failures.pop(str(state.state_details.flow_run_id))
+    if not state.is_completed():
+        try:
+            state.result()
+            error = state.message or state.name
+        except BaseException as err:
+            error = failures.describe(err)
+        fail(failure.error if failure else error, failure.stage if failure else "flow", run_id, rerun)
+    result = state.result()
     wall = round(time.perf_counter() - start, 2)
     out = result.model_dump()
     compute = out["parts"]["compute"]
@@ -82,6 +123,7 @@ def demo(
     config: ConfigOpt = None,
     set_: SetOpt = None,
     progress: Annotated[bool, typer.Option(help="progress bars on stderr")] = True,
+    resume: ResumeOpt = None,
     verbose: bool = False,
 ) -> None:
     """The main job on the embedded default: the whole finetune flow (tiny model, synthetic data, local services)."""
@@ -91,18 +133,20 @@ def demo(
         config = Path(__file__).resolve().parent.parent / "configs" / preset
         config = config if config.exists() else None
     cfg = load(config, set_, method=method)
-    emit(finetune_summary(cfg, progress))
+    argv = ["demo", "--method", method, *(["-c", str(config)] if config else [])]
+    emit(finetune_summary(cfg, progress, resume, rerun_command(argv, set_)))
 
 
 def run(
     config: Annotated[Path, typer.Argument(help="YAML preset (configs/*.yaml)")],
     set_: SetOpt = None,
     progress: Annotated[bool, typer.Option(help="progress bars on stderr")] = True,
+    resume: ResumeOpt = None,
     verbose: bool = False,
 ) -> None:
     """Run the finetune flow locally: data -> pass@k -> SFT -> ESSA/F-GRPO -> pass@k -> MLflow registry."""
     flow_logging(verbose)
-    emit(finetune_summary(load(config, set_), progress))
+    emit(finetune_summary(load(config, set_), progress, resume, rerun_command(["run", str(config)], set_)))
 
 
 def eval_(
@@ -131,13 +175,19 @@ def eval_(
         tracking_uri=cfg.tracking_uri,
     )
     start = time.perf_counter()
-    try:
-        ref = evaluate_model(params)
-    except Exception as err:
-        from essaflow.tracking import scrub
+    quiet_console_tracebacks()
+    state = evaluate_model(params, return_state=True)
+    if not state.is_completed():
+        from tasks import failures
 
-        typer.echo(f"error: {type(err).__name__}: {scrub(str(err))}", err=True)
-        raise typer.Exit(1) from None
+        failure, _ = failures.pop(str(state.state_details.flow_run_id))
+        try:
+            state.result()
+            error = state.message or state.name
+        except BaseException as err:
+            error = failures.describe(err)
+        fail(failure.error if failure else error, failure.stage if failure else "flow", None, [])
+    ref = state.result()
     emit(
         {
             "model": f"{model}@{alias}",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import Literal
@@ -118,10 +119,28 @@ def attach_lora(model: PreTrainedModel, cfg: ModelConfig, seed: int = 0) -> Peft
     return get_peft_model(model, lora)
 
 
+#: LoraConfig fields peft keeps as sets: written in sorted order, not in this process's hash order
+_SET_FIELDS = ("target_modules", "exclude_modules", "modules_to_save")
+
+
+def stable_adapter_config(out_dir: str | Path) -> None:
+    """Sort the set-valued fields of out_dir/adapter_config.json, so the same adapter has the same bytes (and
+    digest) whichever process wrote it (peft dumps a set in PYTHONHASHSEED order)."""
+    path = Path(out_dir) / "adapter_config.json"
+    if not path.exists():
+        return
+    cfg = json.loads(path.read_text())
+    for key in _SET_FIELDS:
+        if isinstance(cfg.get(key), list) and all(isinstance(v, str) for v in cfg[key]):
+            cfg[key] = sorted(cfg[key])
+    path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+
+
 def save_adapter(model: PeftModel, out_dir: str | Path, tokenizer: PreTrainedTokenizerBase | None = None) -> Path:
     """Write adapter_config.json + adapter_model.safetensors (+ tokenizer) into out_dir."""
     out = Path(out_dir)
     model.save_pretrained(out, safe_serialization=True)
+    stable_adapter_config(out)
     if tokenizer is not None:
         tokenizer.save_pretrained(out)
     return out

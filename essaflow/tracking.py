@@ -36,6 +36,7 @@ from essaflow.secrets import is_secret, safe_uri, scrub  # safe_uri, scrub: also
 log = logging.getLogger(__name__)
 
 RUN_TAG = "essaflow.run_id"
+FAILURE_TAG = "essaflow.failure"  # why a failed run failed (stage: error), removed when it is resumed
 PYFUNC_SOURCE = Path(__file__).with_name("pyfunc_model.py")
 PROMPT_FORMAT_SOURCE = Path(__file__).with_name("prompt_format.py")  # imported by the pyfunc model (stdlib only)
 CHAMPION, CHALLENGER = "champion", "challenger"
@@ -154,8 +155,13 @@ def open_run(cfg: PipelineConfig, tracking_uri: str, run_id: str, tags: dict[str
     c = client(tracking_uri)
     exp_id = _experiment(c, cfg.name, tracking_uri)
     found = c.search_runs([exp_id], filter_string=f"tags.`{RUN_TAG}` = '{run_id}'", max_results=1)
-    if found:
-        return TrackedRun(tracking_uri, exp_id, found[0].info.run_id)
+    if found:  # a retried stage, a flow retry or a resume: the same MLflow run, RUNNING again
+        info = found[0].info
+        if info.status != "RUNNING":
+            c.update_run(info.run_id, status="RUNNING")
+            if FAILURE_TAG in found[0].data.tags:
+                c.delete_tag(info.run_id, FAILURE_TAG)
+        return TrackedRun(tracking_uri, exp_id, info.run_id)
     from mlflow.entities import Param
 
     all_tags = {RUN_TAG: run_id, "mlflow.runName": run_id[:8], **tags}
@@ -186,8 +192,21 @@ def metric_key(name: str) -> str:
     return name.replace("@", "_at_")
 
 
-def log_step_metrics(run: TrackedRun, rows: list[dict[str, Any]], prefix: str = "train") -> None:
-    """Numeric entries of per-generation/step dicts as metrics, stepped by their `step`/`generation` field."""
+def logged_steps(run: TrackedRun, prefix: str = "train") -> dict[str, int]:
+    """{metric key: newest step already logged} for the run's metrics under `prefix.` (a resumed run skips those)."""
+    c = client(run.tracking_uri)
+    keys = [k for k in c.get_run(run.run_id).data.metrics if k.startswith(prefix + ".")]
+    return {k: max(m.step for m in c.get_metric_history(run.run_id, k)) for k in keys}
+
+
+def log_step_metrics(
+    run: TrackedRun, rows: list[dict[str, Any]], prefix: str = "train", logged: dict[str, int] | None = None
+) -> None:
+    """Numeric entries of per-generation/step dicts as metrics, stepped by their `step`/`generation` field.
+
+    `logged` ({key: newest logged step}, see :func:`logged_steps`) drops points at or before a key's newest step,
+    so steps recomputed after a retry or a resume are not logged twice; it is updated with what is logged here.
+    """
     import time
 
     from mlflow.entities import Metric
@@ -198,7 +217,12 @@ def log_step_metrics(run: TrackedRun, rows: list[dict[str, Any]], prefix: str = 
         step = int(row.get("step", row.get("generation", i)))
         for k, v in row.items():
             if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in ("step", "generation"):
-                metrics.append(Metric(f"{prefix}.{metric_key(k)}", float(v), now, step))
+                key = f"{prefix}.{metric_key(k)}"
+                if logged is not None:
+                    if step <= logged.get(key, -1):
+                        continue
+                    logged[key] = step
+                metrics.append(Metric(key, float(v), now, step))
     c = client(run.tracking_uri)
     for i in range(0, len(metrics), 1000):
         c.log_batch(run.run_id, metrics=metrics[i : i + 1000])
@@ -212,8 +236,10 @@ def log_eval(run: TrackedRun, label: str, report: EvalReport) -> None:
 
     now = int(time.time() * 1000)
     c = client(run.tracking_uri)
+    have = c.get_run(run.run_id).data.metrics  # a resumed run evaluates again: one point per metric all the same
     metrics = [Metric(f"eval.{label}.{metric_key(k)}", float(v), now, 0) for k, v in report.metrics().items()]
-    c.log_batch(run.run_id, metrics=metrics)
+    if metrics := [m for m in metrics if m.key not in have]:
+        c.log_batch(run.run_id, metrics=metrics)
     body = json.loads(report.to_json())
     body.pop("samples", None)  # completions live in the stored samples.jsonl.gz, not in the tracking server
     c.log_dict(run.run_id, body, f"eval/{label}/passk.json")
@@ -420,12 +446,14 @@ def download_registered(tracking_uri: str, name: str, version: str, dst: Path) -
     return {"dir": str(local), "artifacts": artifacts, "model_config": pyfunc.get("model_config", {})}
 
 
-def fail_run(tracking_uri: str, pipeline_run_id: str) -> None:
-    """Mark the MLflow run of a pipeline run FAILED (if it was ever opened)."""
+def fail_run(tracking_uri: str, pipeline_run_id: str, reason: str = "") -> None:
+    """Mark the MLflow run of a pipeline run FAILED (if it was ever opened), with `reason` as FAILURE_TAG."""
     c = client(tracking_uri)
     exp_ids = [e.experiment_id for e in c.search_experiments()]
     if not exp_ids:
         return
     for r in c.search_runs(exp_ids, filter_string=f"tags.`{RUN_TAG}` = '{pipeline_run_id}'"):
+        if reason:  # MLflow caps a tag value at 5000 characters
+            c.set_tag(r.info.run_id, FAILURE_TAG, scrub(reason)[:4000])
         if r.info.status == "RUNNING":
             c.set_terminated(r.info.run_id, "FAILED")

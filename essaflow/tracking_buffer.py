@@ -1,4 +1,9 @@
-"""Per-step training metrics to MLflow in batches: one call every few seconds, not one per step."""
+"""Per-step training metrics to MLflow in batches: one call every few seconds, not one per step, and once per step.
+
+A retried or resumed training recomputes the steps after its checkpoint; those already in the MLflow run are
+skipped (the recomputed values are the same: a run is a function of its config and seed), so every metric holds
+one point per step however many attempts it took.
+"""
 
 from __future__ import annotations
 
@@ -16,10 +21,12 @@ class BufferedStepMetrics:
     measured is kept; the training error stays the one reported).
     """
 
-    def __init__(self, run: tracking.TrackedRun, every_s: float = 2.0):
-        self.run, self.every_s = run, every_s
+    def __init__(self, run: tracking.TrackedRun, every_s: float = 2.0, prefix: str = "train"):
+        self.run, self.every_s, self.prefix = run, every_s, prefix
         self.pending: list[dict[str, Any]] = []
         self._flushed = time.monotonic()
+        # steps the run already holds (an earlier attempt, or the run this one resumes) are not logged again
+        self.logged: dict[str, int] = tracking.logged_steps(run, prefix)
 
     def add(self, row: dict[str, Any]) -> None:
         self.pending.append(row)
@@ -28,7 +35,7 @@ class BufferedStepMetrics:
 
     def flush(self) -> None:
         if self.pending:
-            tracking.log_step_metrics(self.run, self.pending)
+            tracking.log_step_metrics(self.run, self.pending, self.prefix, self.logged)
         self.pending.clear()
         self._flushed = time.monotonic()
 

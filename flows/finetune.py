@@ -1,7 +1,8 @@
 """The main pipeline: data -> baseline pass@k -> SFT warm start -> ESSA or F-GRPO -> pass@k -> registry.
 
 Each stage is a task that writes its artifact to storage and returns a small reference; a failed stage is retried
-(training resumes from its last checkpoint), and the same dataset config is a cache hit.
+(training resumes from its last checkpoint), and the same dataset config is a cache hit. A flow retry keeps the run
+id, and `resume` continues a failed run, so both pick up the run's newest checkpoint.
 """
 
 from __future__ import annotations
@@ -20,9 +21,15 @@ from tasks.training import train, warm_start
 
 
 @flow(name="finetune", on_failure=[mark_failed], on_crashed=[mark_failed])
-def finetune(config: PipelineConfig = PipelineConfig()) -> PipelineResult:
-    """Fine-tune a LoRA adapter with ESSA or F-GRPO, evaluate pass@k before and after, register it in MLflow."""
-    run = open_run(config)  # storage and MLflow reachable, credentials accepted; else fail before any compute
+def finetune(config: PipelineConfig = PipelineConfig(), resume: str | None = None) -> PipelineResult:
+    """Fine-tune a LoRA adapter with ESSA or F-GRPO, evaluate pass@k before and after, register it in MLflow.
+
+    Args:
+        config: The pipeline config.
+        resume: Continue a failed run from its newest checkpoint: its run id, or "last" (the newest failed run of
+            this pipeline). Refused if the config differs in a field the run's trajectory depends on.
+    """
+    run = open_run(config, resume)  # storage and MLflow reachable, credentials accepted; else fail before compute
     dataset = prepare_dataset(config.data, run.storage_uri)
     base = build_base_model(config.model)
     before = evaluate(config, dataset, None, "base", run)
@@ -38,23 +45,25 @@ def finetune(config: PipelineConfig = PipelineConfig()) -> PipelineResult:
 
 
 @flow(name="finetune", on_failure=[mark_failed], on_crashed=[mark_failed])
-def finetune_essa(config: ESSAPipelineConfig = ESSAPipelineConfig()) -> PipelineResult:
+def finetune_essa(config: ESSAPipelineConfig = ESSAPipelineConfig(), resume: str | None = None) -> PipelineResult:
     """The finetune pipeline with ESSA: SFT warm start, then a search over the SVD-LoRA singular values.
 
     Args:
         config: configs/tiny-essa.yaml; what you change overrides it, as `essaflow run --set` does.
+        resume: Continue a failed run from its newest checkpoint: its run id, or "last" (the newest failed run).
     """
-    return finetune.fn(config.pipeline())
+    return finetune.fn(config.pipeline(), resume)
 
 
 @flow(name="finetune", on_failure=[mark_failed], on_crashed=[mark_failed])
-def finetune_fgrpo(config: FGRPOPipelineConfig = FGRPOPipelineConfig()) -> PipelineResult:
+def finetune_fgrpo(config: FGRPOPipelineConfig = FGRPOPipelineConfig(), resume: str | None = None) -> PipelineResult:
     """The finetune pipeline with F-GRPO: SFT warm start, then focal-weighted GRPO.
 
     Args:
         config: configs/tiny-fgrpo.yaml; what you change overrides it, as `essaflow run --set` does.
+        resume: Continue a failed run from its newest checkpoint: its run id, or "last" (the newest failed run).
     """
-    return finetune.fn(config.pipeline())
+    return finetune.fn(config.pipeline(), resume)
 
 
 if __name__ == "__main__":

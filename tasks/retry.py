@@ -14,29 +14,36 @@ from essaflow.config import ConfigError
 from essaflow.data import DataError
 from essaflow.storage import StorageError
 from essaflow.tracking import TrackingError
+from tasks import failures
 
 PERMANENT_STORAGE = {"missing_bucket", "credentials", "invalid", "conflict"}
 
 
 def transient_only(task: Any, task_run: Any, state: Any) -> bool:
-    """Prefect retry condition: retry unless the exception says retrying cannot help."""
+    """Prefect retry condition: retry unless the exception says retrying cannot help (each failed attempt's error
+    is noted in tasks.failures, so the report can name the first)."""
     try:
         state.result()
-    except (ConfigError, DataError, TrackingError, ImportError):  # DataError: unreadable file, malformed rows
+    except (ConfigError, DataError, TrackingError, ImportError) as e:  # DataError: unreadable file, malformed rows
+        failures.record(task_run, e)
         return False
     except StorageError as e:
+        failures.record(task_run, e)
         return e.kind not in PERMANENT_STORAGE
-    except Exception:
+    except Exception as e:
+        failures.record(task_run, e)
         return True
     return True
 
 
 def retry_policy(retries: int = 2, backoff_s: float = 2.0) -> dict[str, Any]:
     """Prefect task options: ``retries`` attempts after the first, exponential backoff from ``backoff_s`` seconds
-    with jitter (so parallel runs do not retry in step), and only for failures a retry can fix."""
+    with jitter (so parallel runs do not retry in step), and only for failures a retry can fix; the final failure
+    is recorded for the run's report (tasks.failures)."""
     return {
         "retries": retries,
         "retry_delay_seconds": exponential_backoff(backoff_factor=backoff_s),
         "retry_jitter_factor": 0.5,
         "retry_condition_fn": transient_only,
+        "on_failure": [failures.on_task_failure],
     }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import uuid
@@ -16,9 +17,12 @@ from essaflow import tracking
 from essaflow.artifacts import check_storage, storage_uri_for
 from essaflow.config import PipelineConfig
 from essaflow.refs import AdapterRef, DatasetRef, EvalRef, ModelRef, PipelineResult, RegisteredRef, RunRef
+from essaflow.resume import record_run, resolve_run_id
+from essaflow.storage import open_store
 from essaflow.timing import Timer
 from essaflow.training import method_tags
 from essaflow.training_cluster import check_training_fits
+from tasks import failures
 from tasks.progress import notify
 
 PIPELINE_STAGES = 8  # open_run .. register, for the terminal's stage counter
@@ -49,11 +53,19 @@ def tracked(run: RunRef) -> tracking.TrackedRun:
     return tracking.TrackedRun(run.tracking_uri, run.experiment_id, run.mlflow_run_id)
 
 
-@task(name="open_run", task_run_name="open_run", retries=0, on_completion=[record_stage])
-def open_run(config: PipelineConfig) -> RunRef:
+@task(
+    name="open_run",
+    task_run_name="open_run",
+    retries=0,
+    on_completion=[record_stage],
+    on_failure=[failures.on_task_failure],
+)
+def open_run(config: PipelineConfig, resume: str | None = None) -> RunRef:
     """Preflight (storage and MLflow reachable, credentials accepted, a joined Ray cluster large enough for the
     training workers) before any compute, then the MLflow run.
 
+    The run id is the flow run's (a flow retry keeps it), or with `resume` (a run id, or `last` for the newest
+    failed run of this pipeline) the id of the run to continue, once its recorded config is found compatible.
     No retries: an unreachable server or a rejected credential is reported at once, naming the URI.
     """
     timer = Timer()
@@ -64,6 +76,13 @@ def open_run(config: PipelineConfig) -> RunRef:
     with timer.part("tracking"):
         tracking_uri = tracking.resolve_tracking_uri(config.tracking_uri)
         tracking.check_tracking(tracking_uri)
+    store = open_store(storage_uri)
+    with timer.part("storage"):
+        if resume:
+            run_id = resolve_run_id(resume, store, tracking_uri, config)
+            get_run_logger().info("resuming run %s from its newest checkpoint", run_id)
+        failures.RUN_IDS[str(flow_run.get_id())] = run_id
+        record_run(store, run_id, config)
     request = check_training_fits(config)  # joining a cluster: its nodes can hold the training workers
     if request is not None:
         get_run_logger().info("Ray cluster can hold the training workers: %s", request)
@@ -148,7 +167,13 @@ Method: {adapter.method_label or adapter.kind}{f"; fitness: {adapter.fitness_kin
 """
 
 
-@task(name="close_run", task_run_name="close_run", retries=2, retry_delay_seconds=[1, 4])
+@task(
+    name="close_run",
+    task_run_name="close_run",
+    retries=2,
+    retry_delay_seconds=[1, 4],
+    on_failure=[failures.on_task_failure],
+)
 def close_run(
     run: RunRef,
     dataset: DatasetRef,
@@ -206,12 +231,21 @@ def close_run(
 
 
 def mark_failed(flow: Any, flow_run: Any, state: Any) -> None:
-    """Flow hook: a failed or crashed pipeline run leaves its MLflow run FAILED, not RUNNING forever."""
+    """Flow hook: a failed or crashed pipeline run leaves its MLflow run FAILED (with the failure as a tag), not
+    RUNNING forever, and ends its log with the failure's JSON line (the CLI prints the same one)."""
     params = flow_run.parameters or {}
     cfg = params.get("config") or params.get("params") or {}
+    failure = failures.first_failure(str(flow_run.id))
+    run_id = failures.RUN_IDS.get(str(flow_run.id))
+    stage = failure.stage if failure else "flow"
+    error = failure.error if failure else tracking.scrub(state.message or state.name)
+    resume = None
+    if run_id and flow.name == "finetune":
+        resume = f"essaflow run <config> --resume {run_id} (or the finetune flow with parameter resume={run_id})"
+    get_run_logger().error("%s", json.dumps(failures.failure_line(error, stage, run_id, resume)))
     uri = tracking.resolve_tracking_uri(cfg.get("tracking_uri") if isinstance(cfg, dict) else None)
     try:
         tracking.check_tracking(uri, timeout=2.0)
-        tracking.fail_run(uri, str(flow_run.id))
+        tracking.fail_run(uri, run_id or str(flow_run.id), f"{stage}: {error}")
     except Exception as e:  # the failure may be MLflow itself; the flow's own error is what matters
         get_run_logger().warning("could not mark the MLflow run failed: %s", tracking.scrub(str(e)))

@@ -127,7 +127,8 @@ def train(config: PipelineConfig, dataset: DatasetRef, sft: AdapterRef, run: Run
         }
         if result.resumed_from is not None:
             summary["resumed_from"] = result.resumed_from
-        tracking.log_step_metrics(tracked(run), [{"step": result.steps, **summary}], prefix="train.summary")
+        done = tracking.logged_steps(tracked(run), "train.summary")  # a retried close after this logged it
+        tracking.log_step_metrics(tracked(run), [{"step": result.steps, **summary}], "train.summary", done)
     return AdapterRef(
         uri=trained.uri,
         digest=trained.digest,

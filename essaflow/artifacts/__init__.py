@@ -6,6 +6,7 @@ retried process, downloads and verifies it. Layout (architecture):
 
     datasets/<name>/<hash>/{train,eval,sft}.parquet, info.json, manifest.json
     adapters/sft/<key>/...                       SFT warm start, addressed by its inputs' hash
+    runs/<run_id>/record/run.json                the run's config, what a resume is checked against (resume.py)
     runs/<run_id>/checkpoints/<step>/data/...    trainer checkpoints, synced as they are written
     runs/<run_id>/adapter/                       the tuned adapter
     runs/<run_id>/eval/<label>/{samples.jsonl.gz, passk.json, passk.png}

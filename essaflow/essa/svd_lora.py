@@ -28,6 +28,7 @@ from peft.tuners.lora import LoraLayer
 from transformers import PreTrainedTokenizerBase
 
 from essaflow.atomic_dir import atomic_dir
+from essaflow.models import stable_adapter_config
 
 
 def trainable_per_factor(alpha: float, rank: int) -> int:
@@ -169,6 +170,7 @@ class SVDLoRA:
         try:
             with atomic_dir(out) as tmp:
                 self.model.save_pretrained(tmp, safe_serialization=True)
+                stable_adapter_config(tmp)  # same bytes from any process (a resumed run's is another one)
                 if tokenizer is not None:
                     tokenizer.save_pretrained(tmp)
                 np.save(tmp / "essa_offsets.npy", np.asarray(offsets, dtype=np.float64), allow_pickle=False)

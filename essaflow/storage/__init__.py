@@ -10,10 +10,11 @@ an artifact, once committed, is never silently replaced.
 Transient S3 failures (connection refused/reset, timeouts, HTTP 500/502/503/504) are retried twice over: botocore's
 "standard" retry mode makes up to 8 fast attempts inside each call (50 ms base backoff, at most ~6 s in all), and the
 store retries the whole operation with exponential backoff and jitter (0.25 s doubling, capped at 4 s) and starts no
-new attempt after ``retry_timeout`` seconds (20 s by default). So a server that is down for a few seconds is ridden
-out, and one that is down for good is reported within about 30 s: a refused connection after ~20-27 s, a host that
-does not answer at all (2 s connect timeout x 8 attempts) after ~22-28 s. A server that accepts connections but never
-answers is bounded by the 20 s read timeout per attempt.
+new attempt after ``retry_timeout`` seconds (20 s by default; ``ESSAFLOW_S3_RETRY_TIMEOUT_S`` changes it). So a
+server that is down for a few seconds is ridden out, and one that is down for good is reported within about 30 s: a
+refused connection after ~20-27 s, a host that does not answer at all (2 s connect timeout x 8 attempts) after
+~22-28 s. A server that accepts connections but never answers is bounded by the 20 s read timeout per attempt. A
+multipart upload cut off midway leaves no object: S3 shows one only once the upload completes.
 
 Every failure is a :class:`StorageError` with one message that names the problem (unreachable endpoint, missing
 bucket, rejected credentials, missing object, checksum mismatch, incomplete artifact) and never contains a

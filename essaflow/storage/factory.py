@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from essaflow.storage.base import ArtifactStore, StorageError
 from essaflow.storage.files import FileStore
 from essaflow.storage.s3 import S3Store, s3_settings_from_env
@@ -14,11 +16,12 @@ def open_store(
     region: str | None = None,
     access_key: str | None = None,
     secret_key: str | None = None,
-    retry_timeout: float = 20.0,
+    retry_timeout: float | None = None,
 ) -> ArtifactStore:
     """Open ``file://dir`` (relative to the cwd unless absolute; a bare path works too) or ``s3://bucket/prefix``.
 
-    S3 settings not given here come from the environment (:func:`s3_settings_from_env`).
+    S3 settings not given here come from the environment (:func:`s3_settings_from_env`); ``retry_timeout`` (how long
+    one operation keeps retrying a transient failure) defaults to ``ESSAFLOW_S3_RETRY_TIMEOUT_S``, else 20 s.
     """
     if not isinstance(uri, str) or not uri:
         raise StorageError("storage URI is empty", "invalid")
@@ -42,7 +45,9 @@ def open_store(
             region=region or env["region"],
             access_key=access_key,
             secret_key=secret_key,
-            retry_timeout=retry_timeout,
+            retry_timeout=float(os.environ.get("ESSAFLOW_S3_RETRY_TIMEOUT_S", 20.0))
+            if retry_timeout is None
+            else retry_timeout,
         )
     if "://" in uri:
         scheme = uri.split("://")[0]

@@ -1,0 +1,234 @@
+"""Resuming failed pipeline runs against the real Prefect, MLflow, SeaweedFS and Ray servers.
+
+The S3 server holding the run's artifacts is killed (SIGKILL) for good mid-run: `essaflow run` fails with its JSON
+line last and no traceback on the terminal; once the server is back, `essaflow run --resume last` continues from the
+newest checkpoint and ends with the adapter of an uninterrupted run, and MLflow holds one point per step. Killed in
+the middle of a checkpoint's multipart upload, the run fails cleanly, nothing partial is visible, and a resumed run
+completes. A config that changes the run's trajectory is refused, naming the field.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+from essaflow import tracking
+from essaflow.artifacts import latest_checkpoint, manifest_digest
+from essaflow.config import ConfigError, parse_config
+from essaflow.storage import MANIFEST, S3Store, open_store
+from tests.integration.pipeline_support import REPO, flow_run_logs, tiny
+
+pytestmark = pytest.mark.integration
+GENERATIONS = 6
+#: one budget for every run here, so their adapters can be compared; CMA-ES state (d=256 covariance) is the
+#: checkpoint's biggest file (~1 MB), uploaded in parts once the multipart threshold is lowered
+CFG = tiny(method="essa", essa={**tiny()["essa"], "generations": GENERATIONS, "checkpoint_every": 1})
+_CLEAN: dict[str, str] = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _ray_disconnect_after():
+    yield
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+
+
+def _clean_digest(stack) -> str:
+    """The adapter digest of an uninterrupted run of CFG (once per module)."""
+    if "digest" not in _CLEAN:
+        from flows.finetune import finetune
+
+        t0 = time.monotonic()
+        result = finetune(parse_config({**CFG, "name": "resume-clean", "storage_uri": stack.storage_uri}))
+        _CLEAN["wall_s"] = f"{time.monotonic() - t0:.1f}"
+        _CLEAN["digest"] = manifest_digest(stack.store().read_manifest(f"runs/{result.run_id}/adapter"))
+    return _CLEAN["digest"]
+
+
+def _essaflow(args: list[str], env: dict[str, str], cwd) -> tuple[int, dict, str, float]:
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "cli.main", *args], cwd=cwd, env={**env, "PYTHONPATH": str(REPO)},
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else "{}"
+    return proc.returncode, json.loads(last), proc.stderr, time.monotonic() - t0
+
+
+def _one_point_per_step(tracking_uri: str, mlflow_run_id: str) -> dict[str, list[int]]:
+    c = tracking.client(tracking_uri)
+    keys = [k for k in c.get_run(mlflow_run_id).data.metrics if k.startswith("train.")]
+    return {k: [m.step for m in c.get_metric_history(mlflow_run_id, k)] for k in keys}
+
+
+def _curve(tracking_uri: str, mlflow_run_id: str) -> list[tuple]:
+    """(step, fitness_mean, sigma, mean_norm) per generation: where two runs part, if they do."""
+    c = tracking.client(tracking_uri)
+    hist = {k: {m.step: m.value for m in c.get_metric_history(mlflow_run_id, f"train.{k}")} for k in
+            ("fitness_mean", "sigma", "mean_norm")}  # fmt: skip
+    return [(s, *(hist[k].get(s) for k in hist)) for s in sorted(hist["sigma"])]
+
+
+def _mlflow_run(tracking_uri: str, experiment: str, run_id: str):
+    c = tracking.client(tracking_uri)
+    exp = c.get_experiment_by_name(experiment)
+    return c.search_runs([exp.experiment_id], filter_string=f"tags.`{tracking.RUN_TAG}` = '{run_id}'")[0]
+
+
+def test_s3_dead_for_good_fails_with_a_json_line_and_resume_last_ends_with_the_uninterrupted_adapter(
+    stack_in_process, seaweedfs_factory, tmp_path, monkeypatch
+):
+    server = seaweedfs_factory("resume")
+    store = server.store("run")
+    for name in ("resume-cli", "resume-cli-clean"):
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump({**CFG, "name": name}))
+    env = stack_in_process.subprocess_env(
+        **server.env, ESSAFLOW_STORAGE_URI="s3://resume/run", ESSAFLOW_S3_RETRY_TIMEOUT_S="2"
+    )
+    rc, out, err, clean_s = _essaflow(["run", "resume-cli-clean.yaml", "--no-progress"], env, tmp_path)
+    assert rc == 0, err[-3000:]
+    clean_run, clean_mlflow = out["run_id"], out["mlflow_run_id"]
+    clean = manifest_digest(store.read_manifest(f"runs/{clean_run}/adapter"))  # uninterrupted, same conditions
+    killed: dict[str, float] = {}
+
+    def kill_after_the_first_checkpoint():
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            keys = [k for k in store.list("runs") if not k.startswith(f"runs/{clean_run}/")]
+            if any(k.endswith(f"/checkpoints/00000001/{MANIFEST}") for k in keys):
+                server.service.kill()
+                killed["at"] = time.monotonic()
+                return
+            time.sleep(0.02)
+
+    chaos = threading.Thread(target=kill_after_the_first_checkpoint, daemon=True)
+    chaos.start()
+    rc, out, err, failed_s = _essaflow(["run", "resume-cli.yaml", "--no-progress"], env, tmp_path)
+    chaos.join(timeout=5)
+
+    assert killed, "the S3 server must have died mid-run"
+    assert rc == 1, err[-3000:]
+    assert set(out) == {"error", "stage", "run_id", "resume"} and out["stage"] == "train", out
+    run_id = out["run_id"]
+    assert out["resume"].endswith(f"--resume {run_id}") and out["resume"].startswith("essaflow run resume-cli.yaml")
+    # the first failure (a checkpoint's storage operation), not what the retries tripped over first
+    assert "unreachable" in out["error"] and "/checkpoints/0000000" in out["error"], out["error"]
+    assert "Traceback" not in err, err[-3000:]
+    tracebacks = [m[:1500] for m in flow_run_logs(run_id) if "Traceback" in m]
+    assert len(tracebacks) <= 1, "\n---\n".join(tracebacks)
+    failed = _mlflow_run(stack_in_process.mlflow.url, "resume-cli", run_id)
+    assert failed.info.status == "FAILED" and failed.data.tags[tracking.FAILURE_TAG].startswith("train: ")
+
+    with pytest.raises(ConfigError, match="essa.sigma0"):  # a changed trajectory is refused before any compute
+        from flows.finetune import finetune
+
+        for key, value in server.env.items():
+            monkeypatch.setenv(key, value)
+        changed = {**CFG, "name": "resume-cli", "storage_uri": "s3://resume/run"}
+        server.start()
+        finetune(parse_config({**changed, "essa": {**CFG["essa"], "sigma0": 0.9}}), resume=run_id)
+
+    rc, out, err, resumed_s = _essaflow(["run", "resume-cli.yaml", "--no-progress", "--resume", "last"], env, tmp_path)
+
+    assert rc == 0, err[-3000:]
+    assert out["run_id"] == run_id and 1 <= out["training"]["resumed_from"] < GENERATIONS
+    assert "prepare_dataset" in out["cached"]
+    curves = {r: _curve(stack_in_process.mlflow.url, r) for r in (clean_mlflow, out["mlflow_run_id"])}
+    assert manifest_digest(store.read_manifest(f"runs/{run_id}/adapter")) == clean, curves
+    steps = _one_point_per_step(stack_in_process.mlflow.url, out["mlflow_run_id"])
+    assert steps["train.fitness_mean"] == list(range(1, GENERATIONS + 1)), steps
+    assert all(len(s) == len(set(s)) for s in steps.values()), steps
+    done = _mlflow_run(stack_in_process.mlflow.url, "resume-cli", run_id)
+    assert done.info.status == "FINISHED" and tracking.FAILURE_TAG not in done.data.tags
+    print(
+        f"\nresume timings: uninterrupted CLI run {clean_s:.1f}s; failed CLI run {failed_s:.1f}s "
+        f"(killed after checkpoint 1); resumed CLI run {resumed_s:.1f}s from checkpoint "
+        f"{out['training']['resumed_from']}; stages {out['stages']}"
+    )
+
+
+def test_s3_killed_mid_checkpoint_upload_leaves_nothing_partial_and_a_resumed_run_completes(
+    stack_in_process, seaweedfs_factory, monkeypatch
+):
+    from flows.finetune import finetune
+
+    clean = _clean_digest(stack_in_process)
+    server = seaweedfs_factory("midrun")
+    for key, value in {**server.env, "ESSAFLOW_S3_RETRY_TIMEOUT_S": "2"}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(S3Store, "multipart_threshold", 64 * 1024)
+    seen: dict[str, str] = {}
+
+    def kill_mid_upload(request=None, **kwargs):  # a part of checkpoint 2 is on the wire: the server dies
+        if "checkpoints/00000002/" in request.url and not seen:
+            seen["key"] = request.url.split("?")[0]
+            server.service.kill()
+
+    real = S3Store._make_client
+
+    def hooked(self, *args, **kwargs):
+        client = real(self, *args, **kwargs)
+        client.meta.events.register("before-send.s3.UploadPart", kill_mid_upload)
+        return client
+
+    monkeypatch.setattr(S3Store, "_make_client", hooked)
+    cfg = parse_config({**CFG, "name": "resume-midupload", "storage_uri": "s3://midrun/run"})
+
+    state = finetune(cfg, return_state=True)
+
+    assert seen, "the server must have died during a multipart upload of checkpoint 2"
+    assert state.is_failed()
+    run_id = str(state.state_details.flow_run_id)
+    server.start()
+    store = open_store("s3://midrun/run")
+    ckpt2 = store.list(f"runs/{run_id}/checkpoints/00000002")
+    assert f"runs/{run_id}/checkpoints/00000002/{MANIFEST}" not in ckpt2, "checkpoint 2 must not look complete"
+    assert latest_checkpoint(store, SimpleNamespace(run_prefix=f"runs/{run_id}")) == "00000001"
+    assert not any(seen["key"].endswith(k) for k in ckpt2), f"the cut-off object is visible: {seen['key']}"
+
+    result = finetune(cfg, resume=run_id)
+
+    assert result.run_id == run_id and result.training["resumed_from"] == 1
+    assert manifest_digest(store.read_manifest(f"runs/{run_id}/adapter")) == clean
+
+
+def test_a_flow_retry_keeps_the_run_id_resumes_and_logs_each_step_once(stack_in_process, monkeypatch):
+    import flows.finetune as pipeline
+    from essaflow import training
+
+    clean = _clean_digest(stack_in_process)
+    real, calls = training.load_trainer("essa"), []
+
+    def dies_after_logging_generation_3(config, splits, sft, out_dir, checkpoint_dir=None, on_metrics=None,
+                                        on_checkpoint=None):  # fmt: skip
+        calls.append(1)
+
+        def metrics_then_die(row):
+            on_metrics(row)  # generation 3 reaches MLflow (the buffer flushes on the way out), its checkpoint not
+            if len(calls) == 1 and row.get("generation") == 3:
+                raise RuntimeError("simulated crash of the whole flow run")
+
+        return real(config, splits, sft, out_dir, checkpoint_dir, metrics_then_die, on_checkpoint)
+
+    monkeypatch.setattr(training, "load_trainer", lambda method: dies_after_logging_generation_3)
+    monkeypatch.setattr(pipeline, "train", pipeline.train.with_options(retries=0))  # the flow's retry takes over
+    flow = pipeline.finetune.with_options(retries=1, retry_delay_seconds=0)
+
+    result = flow(parse_config({**CFG, "name": "resume-flow-retry", "storage_uri": stack_in_process.storage_uri}))
+
+    assert len(calls) == 2 and result.training["resumed_from"] == 2
+    store = stack_in_process.store()
+    assert manifest_digest(store.read_manifest(f"runs/{result.run_id}/adapter")) == clean
+    exp = tracking.client(stack_in_process.mlflow.url).get_experiment_by_name("resume-flow-retry")
+    assert len(tracking.client(stack_in_process.mlflow.url).search_runs([exp.experiment_id])) == 1
+    steps = _one_point_per_step(stack_in_process.mlflow.url, result.mlflow_run_id)
+    assert steps["train.fitness_mean"] == list(range(1, GENERATIONS + 1)), steps
