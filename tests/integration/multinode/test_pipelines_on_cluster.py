@@ -115,7 +115,14 @@ def test_essa_pipeline_spreads_over_both_nodes_and_survives_losing_one(pipeline_
     # MLflow's per-generation history shows the kill mid-training: both nodes before it, the head alone after
     history = mlflow_client(out["tracking_uri"]).get_metric_history(out["mlflow_run_id"], "train.nodes_active")
     active = [int(m.value) for m in sorted(history, key=lambda m: m.step)]
-    assert active[: out["_killed_at"]] == [2] * out["_killed_at"]
+    steps = sorted(m.step for m in history)
+    resyncs = mlflow_client(out["tracking_uri"]).get_metric_history(out["mlflow_run_id"], "train.resyncs")
+    # A replica whose floats drifted from the driver's (threaded BLAS in CMA-ES's eigendecomposition can round
+    # differently per process) answers stale once: its share is scored by the other node and it is resynced in
+    # that generation or the next. Every other generation before the kill used both nodes.
+    resynced = {m.step for m in resyncs if m.value > 0}
+    odd = [s for s, n in zip(steps, active) if s <= out["_killed_at"] and n != 2 and not {s, s + 1} & resynced]
+    assert not odd, (out["_killed_at"], list(zip(steps, active)), sorted(resynced))
     assert active[-1] == 1 and len(active) == ESSA["generations"]
     redispatched = sum(
         m.value
