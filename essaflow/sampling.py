@@ -163,7 +163,22 @@ def sample_completions(generator: Any, prompts: list[str], n: int, **kw: Any) ->
     return Samples(texts, [[False] * len(row) for row in texts])
 
 
-class TransformersGenerator:
+class _TextsFromSamples:
+    """`generate` for a generator that has `sample`: the completions' texts, without the truncation flags."""
+
+    def generate(
+        self,
+        prompts: list[str],
+        n: int = 1,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+        seed: int = 0,
+    ) -> list[list[str]]:
+        return self.sample(prompts, n, temperature, top_p, max_new_tokens, seed).texts
+
+
+class TransformersGenerator(_TextsFromSamples):
     """Batched HF `generate` on CPU or GPU: raw prompts formatted by `fmt`, stopping at every EOS id."""
 
     def __init__(
@@ -230,19 +245,8 @@ class TransformersGenerator:
         rows = range(len(prompts))
         return Samples([r.texts[i * n : (i + 1) * n] for i in rows], [r.truncated[i * n : (i + 1) * n] for i in rows])
 
-    def generate(
-        self,
-        prompts: list[str],
-        n: int = 1,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
-        seed: int = 0,
-    ) -> list[list[str]]:
-        return self.sample(prompts, n, temperature, top_p, max_new_tokens, seed).texts
 
-
-class VLLMGenerator:
+class VLLMGenerator(_TextsFromSamples):
     """vLLM backend (GPU). The model directory must hold a merged checkpoint (base + merged LoRA) and its tokenizer.
 
     Prompts are rendered and tokenised by `prompt_format` with the checkpoint's own HF tokenizer and handed to
@@ -288,17 +292,6 @@ class VLLMGenerator:
             [[o.text for o in r.outputs] for r in outs],
             [[o.finish_reason == "length" for o in r.outputs] for r in outs],
         )
-
-    def generate(
-        self,
-        prompts: list[str],
-        n: int = 1,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
-        seed: int = 0,
-    ) -> list[list[str]]:
-        return self.sample(prompts, n, temperature, top_p, max_new_tokens, seed).texts
 
 
 def resolve_backend(choice: str) -> str:

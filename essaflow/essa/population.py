@@ -319,8 +319,8 @@ class RayPopulation:
             args: tuple = (item.start, payload[item.start], prompt_idx, seed)
             stats.bytes_sent += payload_bytes(args)
             return self.actors[w].score.remote(*args)
-        fitness, state = self._replicas.brief(w)
-        args = (generation, item.start, item.stop, fitness, state)
+        others, state = self._replicas.brief(w)
+        args = (generation, item.start, item.stop, others, state)
         stats.bytes_sent += payload_bytes(args)
         if state is not None:
             stats.resyncs += 1
