@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import typer
 
-from cli import check, deploy, jobs, pipeline, projection, stack
+from cli import check, compare, deploy, jobs, pipeline, projection, stack
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 # Registered here, in the order `essaflow --help` lists them; each command lives in the module of its concern.
 app.command()(pipeline.demo)
 app.command()(pipeline.run)
 app.command("eval")(pipeline.eval_)
+app.command()(compare.compare)
 app.command()(jobs.essa)
 app.command()(jobs.grpo)
 app.command("check-config")(check.check_config)

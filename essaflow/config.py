@@ -39,7 +39,7 @@ from essaflow.sft import SFTConfig
 __all__ = [
     "ConfigError", "DataConfig", "ESSAConfig", "ESSAWorkersConfig", "EvalConfig", "GRPOConfig", "GRPOWorkersConfig",
     "ModelConfig", "PipelineConfig", "RayWorkersConfig", "SFTConfig", "SamplingConfig", "SyntheticTaskConfig",
-    "apply_overrides", "changed_trajectory", "load_config", "method_trajectory", "parse_config",
+    "apply_overrides", "apply_values", "changed_trajectory", "load_config", "method_trajectory", "parse_config",
 ]  # fmt: skip
 
 
@@ -115,7 +115,7 @@ def method_trajectory(cfg: PipelineConfig, method: str | None = None) -> dict[st
     return out
 
 
-def _set_dotted(tree: dict[str, Any], dotted: str, raw: str) -> None:
+def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
     keys = dotted.split(".")
     node = tree
     for key in keys[:-1]:
@@ -123,7 +123,15 @@ def _set_dotted(tree: dict[str, Any], dotted: str, raw: str) -> None:
         if not isinstance(nxt, dict):
             raise ConfigError(f"--set {dotted}: '{key}' is not a section")
         node = nxt
-    node[keys[-1]] = yaml.safe_load(raw)
+    node[keys[-1]] = value
+
+
+def apply_values(tree: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+    """Apply {"section.key": value} (values as given, not parsed) to a plain config dict."""
+    tree = copy.deepcopy(tree)
+    for key, value in values.items():
+        _set_dotted(tree, key.strip(), value)
+    return tree
 
 
 def apply_overrides(tree: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
@@ -133,7 +141,7 @@ def apply_overrides(tree: dict[str, Any], overrides: list[str]) -> dict[str, Any
         if "=" not in item:
             raise ConfigError(f"override {item!r} must look like section.key=value")
         key, raw = item.split("=", 1)
-        _set_dotted(tree, key.strip(), raw)
+        _set_dotted(tree, key.strip(), yaml.safe_load(raw))
     return tree
 
 

@@ -87,6 +87,14 @@ class AdapterRef(Ref):
     """Ray node (short id) -> ESSA candidates scored there / GRPO worker starts there."""
     worker_failures: int = 0
     """Workers lost while training (ESSA re-dispatched their candidates; GRPO restarted from a checkpoint)."""
+    wall_s: float = 0.0
+    """Training wall time of the last training call (0 for an adapter that was not trained here)."""
+    bytes_per_update: float = 0.0
+    """Bytes crossing process boundaries per generation/step (ESSA: seeds and fitness; GRPO: the all-reduce)."""
+    usage: dict[str, float] = {}
+    """What training spent: generated_tokens, forward_tokens, backward_tokens, device_s (essaflow/usage.py)."""
+    metrics_uri: str = ""
+    """The trainer's rows, one per generation/step (JSON lines), in storage."""
 
 
 class EvalRef(Ref):

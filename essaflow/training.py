@@ -10,6 +10,7 @@ complete one and the trainer resumes from it. The trained policy is published to
 from __future__ import annotations
 
 import importlib
+import json
 import logging
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -70,6 +71,9 @@ class Trained:
     digest: str
     restored_from: str | None
     """Name of the stored checkpoint this call started from (None: a fresh start)."""
+    metrics_uri: str
+    """<run_prefix>/train/metrics.jsonl: one row per generation/step, as the trainer recorded them (what the
+    compare report's curves and `essaflow project-scaling --from-run` read)."""
 
 
 Part = Callable[[str], AbstractContextManager]
@@ -119,6 +123,9 @@ def train(
         uri, digest = publish_dir(
             storage.store, f"{storage.run_prefix}/{result.output_dir.name}", result.output_dir, overwrite=True
         )
+        rows = "".join(json.dumps(m) + "\n" for m in result.metrics).encode()
+        metrics_key = f"{storage.run_prefix}/train/metrics.jsonl"
+        storage.store.put_bytes(metrics_key, rows)
     if result.work_by_node:
         log.info("work by Ray node: %s; workers lost: %d", result.work_by_node, result.worker_failures)
-    return Trained(result, uri, digest, restored)
+    return Trained(result, uri, digest, restored, storage.store.url(metrics_key))

@@ -139,6 +139,10 @@ def train(config: PipelineConfig, dataset: DatasetRef, sft: AdapterRef, run: Run
         resumed_from=result.resumed_from,
         work_by_node=result.work_by_node,
         worker_failures=result.worker_failures,
+        wall_s=result.wall_s,
+        bytes_per_update=result.bytes_per_update,
+        usage=result.usage.as_row(),
+        metrics_uri=trained.metrics_uri,
         stage="train",
         timings=timer.timings(),
     )

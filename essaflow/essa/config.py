@@ -68,6 +68,10 @@ class ESSAConfig(StrictConfig):
     """Held-out greedy accuracy every this many generations (0 = never)."""
     target_accuracy: float | None = Field(None, gt=0, le=1)
     """Stop early once held-out accuracy reaches this."""
+    time_budget_s: float | None = Field(None, gt=0)
+    """Stop at the first generation boundary once the generations' wall time (held-out checks left out) reaches
+    this many seconds; `generations` stays the cap. The compare flow gives every method the same budget
+    (docs/compare.md). None: run all generations."""
     checkpoint_every: int = Field(10, ge=0)
     """Checkpoint every N generations (0 = only at the end)."""
     seed: int = trajectory(0)

@@ -198,7 +198,16 @@ class Search:
 
     @property
     def finished(self) -> bool:
-        return self.generation >= self.cfg.essa.generations or any(m.get("stopped_early") for m in self.history)
+        return (
+            self.generation >= self.cfg.essa.generations
+            or self.out_of_time()
+            or any(m.get("stopped_early") for m in self.history)
+        )
+
+    def out_of_time(self, more_s: float = 0.0) -> bool:
+        """essa.time_budget_s spent by the recorded generations (+ more_s): the history carries it over a resume."""
+        budget = self.cfg.essa.time_budget_s
+        return budget is not None and sum(m.get("wall_s", 0.0) for m in self.history) + more_s >= budget
 
     def held_out(self) -> float:
         """Greedy accuracy of the returned point on the eval split."""
@@ -210,7 +219,8 @@ class Search:
         """The generation just told: its metrics, a held-out evaluation when due (and the early stop)."""
         e = self.cfg.essa
         row = GenerationMetrics.of(self.generation, fitness, stats, self.strategy, wall_s)
-        if e.eval_every > 0 and (self.generation % e.eval_every == 0 or self.generation == e.generations):
+        last = self.generation == e.generations or self.out_of_time(wall_s)
+        if e.eval_every > 0 and (self.generation % e.eval_every == 0 or last):
             row.eval_greedy = self.held_out()
             if e.target_accuracy is not None and row.eval_greedy >= e.target_accuracy:
                 row.stopped_early = True

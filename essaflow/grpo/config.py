@@ -92,6 +92,10 @@ class GRPOConfig(StrictConfig):
     """workers.count=1 runs in-process (same loop, world size 1) unless this forces a one-worker Ray Train run."""
     eval_every: int = Field(50, ge=0)
     """Held-out greedy accuracy every this many steps (0 = never)."""
+    time_budget_s: float | None = Field(None, gt=0)
+    """Stop at the first step boundary once the steps' wall time (held-out checks left out; the mean over ranks, so
+    every rank stops at the same step) reaches this many seconds; `steps` stays the cap. The compare flow gives
+    every method the same budget (docs/compare.md). None: run all steps."""
     checkpoint_every: int = Field(50, ge=0)
     """Checkpoint every N steps (0 = only at the end)."""
     seed: int = trajectory(0)

@@ -70,6 +70,10 @@ class StepSums:
     """Tokens through forward + backward: every sequence once over the step's mini-batches."""
     device_s: float = 0.0
     """Process CPU-seconds of the step (wall seconds on a GPU), summed over ranks (essaflow/usage.py)."""
+    wall_s: float = 0.0
+    """Wall seconds of the step up to the metrics' all-reduce, summed over ranks."""
+    ranks: float = 1.0
+    """1 per rank: the world size once summed."""
 
     @classmethod
     def of(cls, batch: RolloutBatch) -> StepSums:
@@ -120,6 +124,8 @@ class StepMetrics:
     backward_tokens: int = 0
     device_s: float = 0.0
     """Device-seconds of the step over all ranks: CPU time on CPU, wall time on a GPU (essaflow/usage.py)."""
+    wall_s_mean: float = 0.0
+    """The step's wall seconds, mean over ranks: the clock grpo.time_budget_s counts, the same on every rank."""
     grad_norm: float = 0.0
     lr: float = 0.0
     step_s: float = 0.0
@@ -154,6 +160,7 @@ class StepMetrics:
             forward_tokens=int(s.forward_tokens),
             backward_tokens=int(s.backward_tokens),
             device_s=round(s.device_s, 4),
+            wall_s_mean=round(s.wall_s / max(s.ranks, 1.0), 4),
         )
 
     def as_row(self) -> dict:

@@ -185,7 +185,7 @@ class Learner:
         sequence_tokens = float(batch.attention_mask.sum())  # prompt + completion, padding left out
         extra_passes = (g.mini_batches > 1) + (self.ref_model is not None)  # old and reference log-probs
         sums.forward_tokens, sums.backward_tokens = sequence_tokens * (1 + extra_passes), sequence_tokens
-        sums.device_s = clock() - c0
+        sums.device_s, sums.wall_s = clock() - c0, time.perf_counter() - t0
         lr = self.scheduler.get_last_lr()[0]
         self.scheduler.step()
         metrics = StepMetrics.from_sums(step + 1, sums.all_reduced(self.info, self.comm))
@@ -256,16 +256,17 @@ def run_worker(
         emit(Resumed(first))
     slots = worker_slots(g.prompts_per_step, info.world_size, info.rank)
     trajectory = method_trajectory(cfg, "fgrpo")
-    wall0 = time.perf_counter()
-    for step in range(first, g.steps):
-        metrics, done = learner.step(train, slots, step), step + 1
-        if info.rank == 0 and g.eval_every and (done % g.eval_every == 0 or done == g.steps) and eval_problems:
+    wall0, done = time.perf_counter(), first
+    while done < g.steps and not out_of_time(g.time_budget_s, history):
+        metrics, done = learner.step(train, slots, done), done + 1
+        last = done == g.steps or out_of_time(g.time_budget_s, history, metrics.wall_s_mean)
+        if info.rank == 0 and g.eval_every and (done % g.eval_every == 0 or last) and eval_problems:
             metrics.eval_greedy = learner.held_out(eval_problems)
         history.append(metrics.as_row())
         emit(StepDone(history[-1]))
         if not math.isfinite(metrics.loss):
             raise FloatingPointError(f"non-finite loss at step {done}: {history[-1]}")
-        if checkpoint_dir is not None and ((g.checkpoint_every and done % g.checkpoint_every == 0) or done == g.steps):
+        if checkpoint_dir is not None and ((g.checkpoint_every and done % g.checkpoint_every == 0) or last):
             state = {"step": done, "world_size": info.world_size, "metrics": history, "trajectory": trajectory}
             if (path := learner.save_checkpoint(Path(checkpoint_dir), done, state)) is not None:
                 emit(CheckpointWritten(str(path)))
@@ -273,4 +274,10 @@ def run_worker(
         save_adapter_atomic(learner.model, out_dir / output_name(g.parameters), learner.tokenizer)
         bytes_per_update = history[-1]["bytes_allreduced"] if history else 0
         resumed_from = first if resume is not None else None
-        emit(Finished(g.steps, time.perf_counter() - wall0, bytes_per_update, resumed_from, history))
+        emit(Finished(done, time.perf_counter() - wall0, bytes_per_update, resumed_from, history))
+
+
+def out_of_time(budget_s: float | None, history: list[dict[str, Any]], more_s: float = 0.0) -> bool:
+    """grpo.time_budget_s spent by the recorded steps (+ more_s); every rank reads the same all-reduced clock, and
+    the history carries it over a resume."""
+    return budget_s is not None and sum(m.get("wall_s_mean", 0.0) for m in history) + more_s >= budget_s

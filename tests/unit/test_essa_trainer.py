@@ -93,3 +93,13 @@ def test_ties_are_measured_every_generation_and_a_tied_search_is_warned_about(tm
     assert all(m["tie_share"] == round(1 - 1 / population, 4) and m["fitness_std"] == 0.0 for m in rows)
     warned = [r.getMessage() for r in caplog.records if "tied for" in r.getMessage()]
     assert len(warned) == 1 and "essa.sigma0" in warned[0] and "essa.minibatch" in warned[0]
+
+
+def test_time_budget_stops_at_a_generation_boundary_and_survives_a_resume(tmp_path):
+    budget = ["essa.generations=40", "essa.eval_every=30", "essa.checkpoint_every=1", "essa.time_budget_s=0.001"]
+    cfg, splits, adapter = make_tiny(tmp_path, budget)
+    result = train_essa(cfg, splits, adapter, tmp_path / "out", checkpoint_dir=tmp_path / "ck")
+    assert result.steps == 1, "the first generation spends the budget; the cap of 40 is not run"
+    assert "eval_greedy" in result.metrics[-1], "the last generation is measured"
+    again = train_essa(cfg, splits, adapter, tmp_path / "again", checkpoint_dir=tmp_path / "ck")
+    assert again.steps == 1 and again.resumed_from == 1, "a resumed run finds its budget spent in the history"

@@ -14,7 +14,7 @@ from essaflow.grpo.worker import build_policy
 from essaflow.models import load_tokenizer
 from tests.support.grpo_tiny import make_tiny
 
-TIMING = {"step_s", "gen_s", "train_s", "tokens_per_s", "device_s"}
+TIMING = {"step_s", "gen_s", "train_s", "tokens_per_s", "device_s", "wall_s_mean"}
 
 
 def _weights(adapter_dir):
@@ -199,3 +199,13 @@ def test_training_log_probs_are_the_ones_the_samples_were_drawn_from(tiny):
     with torch.no_grad():
         trained, _ = token_logprobs(model, ids, torch.cat([enc["attention_mask"], valid], 1), width, 1.0)
     assert float(((trained - drawn).abs() * valid).max()) < 1e-4
+
+
+def test_time_budget_stops_at_a_step_boundary_with_a_final_check(tiny, tmp_path):
+    cfg, splits, start = make_tiny(tiny, ["grpo.steps=50", "grpo.eval_every=0", "grpo.time_budget_s=0.001"])
+    result = train_grpo(cfg, splits, start, tmp_path)
+    assert result.steps == 1 and len(result.metrics) == 1  # the first step spends the budget; the cap is not run
+    assert result.metrics[0]["wall_s_mean"] > 0.001
+    cfg, splits, start = make_tiny(tiny, ["grpo.steps=50", "grpo.eval_every=40", "grpo.time_budget_s=0.001"])
+    result = train_grpo(cfg, splits, start, tmp_path / "with-eval")
+    assert "eval_greedy" in result.metrics[-1], "the last step before the budget ran out is measured"

@@ -1,0 +1,71 @@
+"""`essaflow compare CONFIG`: the compare flow in this process; prints the report's JSON as its last line."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from cli.common import SetOpt, emit, fail, flow_logging, service_env
+from cli.pipeline import progress_bars, quiet_console_tracebacks
+from essaflow.config_base import ConfigError
+
+
+def compare(
+    config: Annotated[Path, typer.Argument(help="compare YAML (configs/compare-tiny.yaml)")],
+    set_: SetOpt = None,
+    progress: Annotated[bool, typer.Option(help="progress bars on stderr")] = True,
+    verbose: bool = False,
+) -> None:
+    """Compare methods (ESSA, GRPO, F-GRPO, ...) from one SFT start on one task: methods x seeds under one training
+    budget, pass@k to k = n, a parent MLflow run with a child per run, a report with figures and a projection.
+
+    --set applies to the compare file: budget_s=30, seeds=[0], task.eval.samples_per_problem=64.
+    """
+    flow_logging(verbose)
+    from essaflow.compare import load_compare_config
+
+    try:
+        cfg = load_compare_config(config, set_)
+    except ConfigError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
+    service_env()
+    from flows.compare import compare as compare_flow
+    from tasks import failures
+
+    quiet_console_tracebacks()
+    start = time.perf_counter()
+    try:
+        with progress_bars(progress):
+            state = compare_flow(cfg, return_state=True)
+    except Exception as err:  # the orchestrator itself
+        fail(failures.describe(err), "orchestration", None, [])
+    failure, run_id = failures.pop(str(state.state_details.flow_run_id))
+    if not state.is_completed():
+        try:
+            state.result()
+            error = state.message or state.name
+        except BaseException as err:
+            error = failures.describe(err)
+        fail(failure.error if failure else error, failure.stage if failure else "flow", run_id, [])
+    for line in _summary_lines(state.result()):
+        typer.echo(line, err=True)
+    emit({**state.result(), "wall_s": round(time.perf_counter() - start, 2)})
+
+
+def _summary_lines(body: dict) -> list[str]:
+    """A few readable lines on stderr before the JSON line: each method's mean pass@1 / pass@n / greedy."""
+    top = f"pass@{max(int(k.split('@')[1]) for k in body['runs'][0] if k.startswith('pass@'))}"
+    seeds, budget = len(body["seeds"]), body["budget_s"]
+    lines = [f"comparison {body['compare']} ({seeds} seeds, {budget:g} s each): {body['report_uri']}"]
+    sft = body["sft"]
+    lines.append(f"  SFT start: pass@1 {sft['pass@1']:.3f}  {top} {sft[top]:.3f}  greedy {sft['greedy']:.3f}")
+    for method, t in body["methods"].items():
+        lines.append(
+            f"  {method:<12} {t['label']:<22} pass@1 {t['pass@1']['mean']:.3f}±{t['pass@1']['std']:.3f}  "
+            f"{top} {t[top]['mean']:.3f}±{t[top]['std']:.3f}  greedy {t['greedy']['mean']:.3f}±{t['greedy']['std']:.3f}"
+        )
+    return lines
