@@ -139,7 +139,8 @@ class Paired:
         else:
             sign = "higher" if self.mean_diff > 0 else "lower"
             head = f"{self.a} {self.metric} is {sign} than {self.b}'s by {abs(self.mean_diff) * unit:.2f} points"
-        return f"{head} (mean over seeds; sd {self.std_diff * unit:.2f}; higher on {self.seeds_higher}/{self.seeds} seeds)"
+        wins = f"higher on {self.seeds_higher}/{self.seeds} seeds"
+        return f"{head} (mean over seeds; sd {self.std_diff * unit:.2f}; {wins})"
 
 
 def paired(arms: list[ArmResult], a: str, b: str, metric: str, baseline: dict[str, float] | None = None) -> Paired:
