@@ -18,7 +18,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.runtime import flow_run
 
 from essaflow import tracking
-from essaflow.artifacts import check_storage, read_eval_report
+from essaflow.artifacts import check_storage, read_eval_report, storage_uri_for
 from essaflow.compare import plots, report
 from essaflow.compare.config import Arm, CompareConfig
 from essaflow.compare.results import ArmResult, accuracy_curve, claims, gate_verdicts, pass_at_k_curve
@@ -39,11 +39,11 @@ def task_config(cfg: CompareConfig) -> PipelineConfig:
     return cfg.task.model_copy(update={"name": cfg.name})
 
 
-@task(name="open_comparison", retries=0, on_failure=[failures.on_task_failure])
+@task(name="open_comparison", task_run_name="open_comparison", retries=0, on_failure=[failures.on_task_failure])
 def open_comparison(cfg: CompareConfig) -> RunRef:
     """Storage and MLflow reachable (else fail before compute), then the parent MLflow run."""
     run_id = flow_run.get_id() or uuid.uuid4().hex
-    storage_uri = check_storage(cfg.task.storage_uri)
+    storage_uri = check_storage(storage_uri_for(task_config(cfg)))  # ESSAFLOW_STORAGE_URI wins, as for finetune
     tracking_uri = tracking.resolve_tracking_uri(cfg.task.tracking_uri)
     tracking.check_tracking(tracking_uri)
     failures.RUN_IDS[str(flow_run.get_id())] = run_id
@@ -137,7 +137,13 @@ def _projection_runs(cfg: CompareConfig, arms: list[ArmResult], parent: RunRef) 
     return out
 
 
-@task(name="write_report", retries=2, retry_delay_seconds=[1, 4], on_failure=[failures.on_task_failure])
+@task(
+    name="write_report",
+    task_run_name="write_report",
+    retries=2,
+    retry_delay_seconds=[1, 4],
+    on_failure=[failures.on_task_failure],
+)
 def write_report(cfg: CompareConfig, parent: RunRef, start: EvalRef, arms: list[ArmResult]) -> dict[str, Any]:
     """Tables, claims, gate verdicts, projection and figures: to storage (runs/<id>/report/), to the parent MLflow
     run (report/), and as Prefect artifacts; the parent run finished. Returns the report's JSON."""

@@ -97,6 +97,14 @@ class CompareConfig(StrictConfig):
     projection: ProjectionInputs = ProjectionInputs()
     """Inputs of the scaling projection section."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _task_without_method(cls, data: Any) -> Any:
+        """A task given without `method` is method none (PipelineConfig's own default is essa)."""
+        if isinstance(data, dict) and isinstance(data.get("task"), dict) and "method" not in data["task"]:
+            data = {**data, "task": {**data["task"], "method": "none"}}
+        return data
+
     @model_validator(mode="after")
     def _arms_valid(self) -> CompareConfig:
         if self.task.method != "none":

@@ -257,3 +257,27 @@ def stack_in_process(pipeline_stack, monkeypatch) -> Iterator[PipelineStack]:
     }
     with temporary_settings(updates=updates):
         yield pipeline_stack
+
+
+@pytest.fixture(scope="module")
+def stack_in_process_module(pipeline_stack):
+    """Module-wide: this process reads the servers (Prefect API, MLflow) the stack runs."""
+    import os
+
+    from prefect.settings import PREFECT_API_URL, PREFECT_LOCAL_STORAGE_PATH, temporary_settings
+
+    saved = {k: os.environ.get(k) for k in pipeline_stack.env}
+    os.environ.update(pipeline_stack.env)
+    try:
+        updates = {
+            PREFECT_API_URL: pipeline_stack.env["PREFECT_API_URL"],
+            PREFECT_LOCAL_STORAGE_PATH: pipeline_stack.env["PREFECT_LOCAL_STORAGE_PATH"],
+        }
+        with temporary_settings(updates=updates):
+            yield pipeline_stack
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

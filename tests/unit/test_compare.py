@@ -1,0 +1,153 @@
+"""The compare library: the config builds every arm before compute, pass@k for every k from the counts, curves
+from the trainers' rows, claims and gate verdicts computed from the runs, the report and its figures."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from essaflow.compare import CompareConfig, load_compare_config, plots, report
+from essaflow.compare.results import ArmResult, accuracy_curve, claims, gate_verdicts, method_table, pass_at_k_curve
+from essaflow.compare.scaling import compare_projection
+from essaflow.config_base import ConfigError
+from essaflow.evaluation import pass_at_k
+
+REPO = Path(__file__).resolve().parents[2]
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def _cfg(**over) -> CompareConfig:
+    tree = {"name": "t", "methods": [{"name": "essa", "method": "essa"},
+                                     {"name": "grpo", "method": "fgrpo", "set": {"grpo.gamma": 0.0}}],
+            "seeds": [3, 4], "budget_s": 12.5, **over}  # fmt: skip
+    return CompareConfig.model_validate(tree)
+
+
+def test_pass_curve_matches_the_unbiased_estimator_at_every_k():
+    rng = random.Random(0)
+    n = 32
+    counts = [rng.choice([0, 0, 1, 5, 16, 31, 32]) for _ in range(40)]
+    curve = pass_at_k_curve(counts, n)
+    assert len(curve) == n
+    for k in range(1, n + 1):
+        expected = sum(pass_at_k(n, c, k) for c in counts) / len(counts)
+        assert curve[k - 1] == pytest.approx(expected, abs=1e-12)
+    assert all(a <= b + 1e-12 for a, b in zip(curve, curve[1:]))  # more tries never hurt
+
+
+def test_arms_carry_the_method_the_seed_and_the_budget():
+    cfg = _cfg()
+    arms = cfg.arms()
+    assert [a.name for a in arms] == ["essa-s3", "essa-s4", "grpo-s3", "grpo-s4"]
+    essa, grpo = arms[0].config, arms[3].config
+    assert essa.method == "essa" and essa.essa.seed == 3 and essa.essa.time_budget_s == 12.5
+    assert grpo.method == "fgrpo" and grpo.grpo.gamma == 0.0 and grpo.grpo.seed == 4 and grpo.grpo.time_budget_s == 12.5
+    assert grpo.sft == essa.sft and grpo.data == essa.data and grpo.name == "t"  # one SFT start, one task
+    assert essa.sft.seed == grpo.sft.seed == 0
+
+
+@pytest.mark.parametrize(
+    ("over", "message"),
+    [
+        ({"methods": [{"name": "x", "method": "fgrpo", "set": {"grpo.gama": 1}}]}, r"method 'x'.*grpo.gama.*unknown"),
+        ({"methods": [{"name": "x", "method": "fgrpo", "set": {"grpo.gamma": -1}}]}, r"method 'x'.*grpo.gamma"),
+        ({"methods": [{"name": "a", "method": "essa"}, {"name": "a", "method": "essa"}]}, "unique"),
+        ({"methods": [{"name": "Bad Name", "method": "essa"}]}, "lowercase"),
+        ({"task": {"method": "essa"}}, "task.method must be none"),
+        ({"seeds": [1, 1]}, "seeds must be unique"),
+        ({"budget_s": 0}, "budget_s"),
+        ({"projection": {"grpo": "nope"}}, "projection.grpo"),
+    ],
+)
+def test_a_bad_compare_config_fails_at_load_naming_the_field(over, message):
+    with pytest.raises(ValueError, match=message):
+        _cfg(**over)
+
+
+def test_the_shipped_preset_compares_four_methods_on_three_seeds_with_n_256():
+    cfg = load_compare_config(REPO / "configs" / "compare-tiny.yaml")
+    assert [m.name for m in cfg.methods] == ["essa", "grpo", "fgrpo-g05", "fgrpo-g1"] and cfg.seeds == [0, 1, 2]
+    assert cfg.task.eval.samples_per_problem == 256 and 256 in cfg.task.eval.ks
+    gammas = {a.method: a.config.grpo.gamma for a in cfg.arms() if a.config.method == "fgrpo"}
+    assert gammas == {"grpo": 0.0, "fgrpo-g05": 0.5, "fgrpo-g1": 1.0}
+    over = load_compare_config(REPO / "configs" / "compare-tiny.yaml", ["budget_s=5", "seeds=[0]"])
+    assert over.budget_s == 5 and len(over.arms()) == 4
+    with pytest.raises(ConfigError, match="not found"):
+        load_compare_config(REPO / "configs" / "nope.yaml")
+
+
+def test_accuracy_curve_accumulates_the_budget_clock_and_tokens():
+    essa_rows = [{"generation": 0, "eval_greedy": 0.5},
+                 {"generation": 1, "fitness_mean": 0.1, "wall_s": 2.0, "generated_tokens": 100},
+                 {"generation": 2, "fitness_mean": 0.2, "wall_s": 3.0, "generated_tokens": 50, "eval_greedy": 0.6}]
+    grpo_rows = [{"step": 1, "reward_mean": 0.1, "wall_s_mean": 1.5, "gen_tokens": 10, "eval_greedy": 0.55},
+                 {"step": 2, "reward_mean": 0.1, "wall_s_mean": 0.5, "gen_tokens": 30, "eval_greedy": 0.7}]  # fmt: skip
+    assert accuracy_curve(essa_rows, 0.5) == [
+        {"train_s": 0.0, "generated_tokens": 0.0, "greedy": 0.5},
+        {"train_s": 5.0, "generated_tokens": 150.0, "greedy": 0.6},
+    ]
+    assert [(p["train_s"], p["generated_tokens"], p["greedy"]) for p in accuracy_curve(grpo_rows, 0.5)] == [
+        (0.0, 0.0, 0.5), (1.5, 10.0, 0.55), (2.0, 40.0, 0.7)
+    ]  # fmt: skip
+
+
+def _arm(method, label, seed, p1, p_top, greedy=0.5, n=16, bytes_=0.0) -> ArmResult:
+    curve = [p1 + (p_top - p1) * (k - 1) / (n - 1) for k in range(1, n + 1)]
+    return ArmResult(method, label, seed, {"greedy": greedy, "pass@1": p1}, curve, 10.0, 5,
+                     {"generated_tokens": 1000 + seed, "forward_tokens": 2000, "backward_tokens": 0, "device_s": 3.0},
+                     bytes_, [{"train_s": 0.0, "generated_tokens": 0.0, "greedy": 0.4},
+                              {"train_s": 10.0, "generated_tokens": 1000.0, "greedy": greedy}],
+                     fitness_kind="black-box reward" if method == "essa" else "", mlflow_run_id=f"r{seed}",
+                     run_id=f"x-{method}-s{seed}")  # fmt: skip
+
+
+ARMS = [
+    _arm("essa", "ESSA(es, accuracy)", 0, 0.50, 0.80, bytes_=400), _arm("essa", "ESSA(es, accuracy)", 1, 0.52, 0.81),
+    _arm("grpo", "GRPO", 0, 0.55, 0.70), _arm("grpo", "GRPO", 1, 0.57, 0.72),
+    _arm("fgrpo-g1", "F-GRPO(gamma=1)", 0, 0.54, 0.78), _arm("fgrpo-g1", "F-GRPO(gamma=1)", 1, 0.55, 0.70),
+]  # fmt: skip
+SFT = {"greedy": 0.4, "pass@1": 0.45, "pass@16": 0.75}
+
+
+def test_claims_are_computed_from_the_runs_with_their_spread():
+    found = claims(ARMS, SFT, 16)
+    by_claim = {c.checked.split(" ")[0]: c for c in found}
+    grpo, focal, essa = by_claim["grpo"], by_claim["fgrpo-g1"], by_claim["essa"]
+    assert grpo.numbers["mean_diff"] == pytest.approx(-0.04) and grpo.numbers["seeds_higher"] == 0
+    assert "lower than the SFT start's by 4.00 points" in grpo.finding
+    assert focal.numbers["mean_diff"] == pytest.approx(0.03) and focal.numbers["seeds_higher"] == 1  # 1 of 2 seeds
+    assert essa.numbers["mean_diff"] == pytest.approx(-0.05) and "pass@1 is lower than grpo's" in essa.finding
+    no_grpo = claims([a for a in ARMS if a.method != "grpo"], SFT, 16)
+    assert len(no_grpo) == 1 and "not measured" in no_grpo[0].finding
+
+
+def test_gate_verdicts_follow_the_registry_rule_seed_by_seed():
+    verdicts = gate_verdicts(ARMS, {"pass@1": 0.545}, "pass@1")
+    assert verdicts["grpo"].startswith("would promote") and verdicts["essa"].startswith("would not promote")
+    assert verdicts["fgrpo-g1"].startswith("mixed") and "1/2 seeds" in verdicts["fgrpo-g1"]
+
+
+def test_method_table_spreads_every_figure_over_seeds():
+    table = method_table(ARMS)
+    assert table["grpo"]["pass@1"] == {"mean": 0.56, "std": pytest.approx(0.0141, abs=1e-4), "min": 0.55,
+                                       "max": 0.57, "n": 2}  # fmt: skip
+    assert table["essa"]["generated_tokens"]["mean"] == 1000.5 and table["essa"]["label"] == "ESSA(es, accuracy)"
+
+
+def test_report_page_and_figures(tmp_path):
+    cfg = _cfg(methods=[{"name": "essa", "method": "essa"}, {"name": "grpo", "method": "fgrpo"},
+                        {"name": "fgrpo-g1", "method": "fgrpo"}], seeds=[0, 1],
+               task={"eval": {"samples_per_problem": 16, "ks": [1, 4, 16]}})  # fmt: skip
+    projection = compare_projection(None, None, 50.0, [1, 16, 128])
+    assert projection["paper"]["speedup_16"] == pytest.approx(2.0, abs=0.05) and "gap" in projection["run"]
+    page = report.render(cfg, SFT, ARMS, claims(ARMS, SFT, 16), gate_verdicts(ARMS, SFT, "pass@1"), projection,
+                         {"mlflow": "run `p`", "passk.png": "http://x/passk.png"})  # fmt: skip
+    assert "| grpo | GRPO | 0.560 ± 0.014 [0.550-0.570]" in page
+    assert "ESSA(es, accuracy)" in page and "black-box reward" in page and "not a measurement" in page
+    assert "![passk.png](http://x/passk.png)" in page and "not projected" in page
+    for name, fn in (("passk.png", lambda p: plots.plot_pass_curves(ARMS, [0.45] * 16, p)),
+                     ("time_to_accuracy.png", lambda p: plots.plot_time_to_accuracy(ARMS, p)),
+                     ("bytes.png", lambda p: plots.plot_bytes(ARMS, p))):  # fmt: skip
+        assert fn(tmp_path / name).read_bytes().startswith(PNG)
