@@ -221,7 +221,8 @@ def close_run(
         dataset_uri=dataset.uri,
         adapter_uri=adapter.uri,
         training=adapter.model_dump(
-            include={"kind", "method_label", "fitness_kind", "steps", "resumed_from", "work_by_node", "worker_failures"}
+            include={"kind", "method_label", "fitness_kind", "steps", "resumed_from", "work_by_node", "worker_failures",
+                     "wall_s", "bytes_per_update", "usage"}  # fmt: skip
         ),
         stages=walls,
         cached=sorted(cached),
