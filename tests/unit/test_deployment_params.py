@@ -101,3 +101,20 @@ def test_presets_dir_setting_moves_where_the_defaults_come_from(tmp_path, monkey
     (tmp_path / "tiny-essa.yaml").write_text(yaml.safe_dump(merge_tree(preset_tree("tiny-essa"), {"seed": 7})))
     monkeypatch.setenv("ESSAFLOW_PRESETS_DIR", str(tmp_path))
     assert ESSAPipelineConfig().seed == 7 and ESSAPipelineConfig(seed=3).seed == 3
+
+
+def test_compare_methods_runs_the_compare_preset_and_its_form_is_described():
+    from essaflow.compare import CompareConfig, load_compare_config
+
+    assert "parameters" not in DEPLOYMENTS["compare-methods"]
+    flow = flow_of("compare-methods")
+    preset = load_compare_config(REPO / "configs" / "compare-tiny.yaml")
+    assert default_of(flow, "config") == preset  # a scheduled run: the preset
+    assert CompareConfig.model_validate(form_default(flow, "config")) == preset  # the form, submitted unchanged
+    schema = parameter_schema(flow).model_dump_for_openapi()
+    for name in ("CompareConfig", "MethodSpec", "ProjectionInputs"):
+        for key, prop in schema["definitions"][name]["properties"].items():
+            assert prop["title"] == key and prop.get("description"), (name, key)
+    with pytest.raises(Exception, match="grpo.gama"):  # a bad method override fails at submission, named
+        flow.validate_parameters({"config": {**preset.model_dump(mode="json"),
+                                             "methods": [{"name": "x", "method": "fgrpo", "set": {"grpo.gama": 1}}]}})
