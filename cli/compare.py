@@ -68,4 +68,9 @@ def _summary_lines(body: dict) -> list[str]:
             f"  {method:<12} {t['label']:<22} pass@1 {t['pass@1']['mean']:.3f}±{t['pass@1']['std']:.3f}  "
             f"{top} {t[top]['mean']:.3f}±{t[top]['std']:.3f}  greedy {t['greedy']['mean']:.3f}±{t['greedy']['std']:.3f}"
         )
+    paper, run = body["projection"]["paper"], body["projection"]["run"]
+    lines.append(
+        f"  {body['projection']['label']}: paper settings {paper['speedup_16']}x @16, {paper['speedup_128']}x @128 "
+        f"GPUs; this run's costs {run.get('speedup_16', 'n/a')}x @16, {run.get('speedup_128', 'n/a')}x @128"
+    )
     return lines

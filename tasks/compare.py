@@ -94,9 +94,9 @@ def _rows(run: RunRef) -> list[dict[str, Any]]:
 @task(name="close_arm", task_run_name="close-{arm.name}", retries=2, retry_delay_seconds=[1, 4])
 def close_arm(run: RunRef, arm: Arm, tuned: AdapterRef, after: EvalRef, start: EvalRef) -> ArmResult:
     """The arm's measurements from storage (per-problem counts, the trainer's rows); the child run finished."""
-    counts = read_eval_report(after).correct_counts
-    trainable = [r.get("trainable_bytes", 0) for r in _rows(run)]
-    payload = float(max(trainable, default=0)) * arm.config.grpo.mini_batches if arm.config.method == "fgrpo" else 0
+    counts, rows = read_eval_report(after).correct_counts, _rows(run)
+    trainable = max((r.get("trainable_bytes", 0) for r in rows), default=0)
+    payload = float(trainable) * arm.config.grpo.mini_batches if arm.config.method == "fgrpo" else 0.0
     result = ArmResult(
         method=arm.method,
         label=tuned.method_label,
@@ -107,7 +107,7 @@ def close_arm(run: RunRef, arm: Arm, tuned: AdapterRef, after: EvalRef, start: E
         steps=tuned.steps,
         usage=tuned.usage,
         bytes_per_update=tuned.bytes_per_update,
-        curve=accuracy_curve(_rows(run), start.summary["greedy"]),
+        curve=accuracy_curve(rows, start.summary["greedy"]),
         allreduce_bytes=payload,
         fitness_kind=tuned.fitness_kind,
         mlflow_run_id=run.mlflow_run_id,
@@ -128,13 +128,16 @@ def _projection_runs(cfg: CompareConfig, arms: list[ArmResult], parent: RunRef) 
         if name is None:
             continue
         first = next(a for a in arms if a.method == name)
-        c = cfg.arm_config(specs[name], first.seed)
         run = parent.model_copy(update={"run_id": first.run_id})
-        e, g = c.essa, c.grpo
-        settings = {"workers": e.workers.count, "population": e.population, "minibatch": e.minibatch} if key == "essa" \
-            else {"workers": g.workers.count, "mini_batches": g.mini_batches}  # fmt: skip
-        out[key] = RunMetrics(key, _rows(run), settings)
+        out[key] = RunMetrics(key, _rows(run), _unrecorded_settings(cfg.arm_config(specs[name], first.seed)))
     return out
+
+
+def _unrecorded_settings(c: PipelineConfig) -> dict[str, int]:
+    """What the latency model needs that the rows do not record (essaflow/projection_runs.py)."""
+    if c.method == "essa":
+        return {"workers": c.essa.workers.count, "population": c.essa.population, "minibatch": c.essa.minibatch}
+    return {"workers": c.grpo.workers.count, "mini_batches": c.grpo.mini_batches}
 
 
 @task(
