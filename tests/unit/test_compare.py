@@ -151,3 +151,15 @@ def test_report_page_and_figures(tmp_path):
                      ("time_to_accuracy.png", lambda p: plots.plot_time_to_accuracy(ARMS, p)),
                      ("bytes.png", lambda p: plots.plot_bytes(ARMS, p))):  # fmt: skip
         assert fn(tmp_path / name).read_bytes().startswith(PNG)
+
+
+def test_the_cli_refuses_a_bad_compare_config_before_any_compute():
+    from typer.testing import CliRunner
+
+    from cli.main import app
+
+    bad = "methods=[{name: x, method: fgrpo, set: {grpo.gama: 1}}]"
+    out = CliRunner().invoke(app, ["compare", str(REPO / "configs" / "compare-tiny.yaml"), "--set", bad])
+    assert out.exit_code == 2 and "method 'x'" in out.output and "grpo.gama: unknown key" in out.output
+    out = CliRunner().invoke(app, ["compare", str(REPO / "configs" / "nope.yaml")])
+    assert out.exit_code == 2 and "compare config not found" in out.output
