@@ -132,6 +132,8 @@ class Paired:
     seeds_higher: int
     """Seeds where a beat b."""
     seeds: int
+    seeds_equal: int = 0
+    """Seeds where a and b tied (pass@k on a finite eval split is often a tie at large k)."""
 
     def sentence(self, unit: float = 100.0) -> str:
         if self.mean_diff == 0:
@@ -140,6 +142,7 @@ class Paired:
             sign = "higher" if self.mean_diff > 0 else "lower"
             head = f"{self.a} {self.metric} is {sign} than {self.b}'s by {abs(self.mean_diff) * unit:.2f} points"
         wins = f"higher on {self.seeds_higher}/{self.seeds} seeds"
+        wins += f", equal on {self.seeds_equal}" if self.seeds_equal else ""
         return f"{head} (mean over seeds; sd {self.std_diff * unit:.2f}; {wins})"
 
 
@@ -150,7 +153,7 @@ def paired(arms: list[ArmResult], a: str, b: str, metric: str, baseline: dict[st
     diffs = [v - (baseline[metric] if baseline is not None else runs_b[s]) for s, v in runs_a.items()
              if baseline is not None or s in runs_b]  # fmt: skip
     s = spread(diffs)
-    return Paired(a, b, metric, s["mean"], s["std"], sum(d > 0 for d in diffs), len(diffs))
+    return Paired(a, b, metric, s["mean"], s["std"], sum(d > 0 for d in diffs), len(diffs), sum(d == 0 for d in diffs))
 
 
 @dataclass

@@ -163,3 +163,12 @@ def test_the_cli_refuses_a_bad_compare_config_before_any_compute():
     assert out.exit_code == 2 and "method 'x'" in out.output and "grpo.gama: unknown key" in out.output
     out = CliRunner().invoke(app, ["compare", str(REPO / "configs" / "nope.yaml")])
     assert out.exit_code == 2 and "compare config not found" in out.output
+
+
+def test_a_paired_claim_counts_ties_apart_from_wins():
+    from essaflow.compare.results import paired
+
+    arms = [_arm("grpo", "GRPO", 0, 0.5, 0.75), _arm("grpo", "GRPO", 1, 0.5, 0.70),
+            _arm("f", "F-GRPO(gamma=1)", 0, 0.5, 0.75), _arm("f", "F-GRPO(gamma=1)", 1, 0.5, 0.72)]  # fmt: skip
+    p = paired(arms, "f", "grpo", "pass@16")
+    assert (p.seeds_higher, p.seeds_equal, p.seeds) == (1, 1, 2) and "higher on 1/2 seeds, equal on 1" in p.sentence()
