@@ -1,5 +1,6 @@
 """Suite-wide settings: one torch thread (2-core machines), offline hub, a private cache per session; the session's
-Prefect server, shared by the integration tests and the browser test in tests/e2e (one server start, not two)."""
+Prefect server, shared by the integration tests and the browser test in tests/e2e (one server start, not two); the
+small real-architecture checkpoints of tests/support/real_checkpoints.py (each built once per session)."""
 
 import os
 
@@ -15,6 +16,7 @@ from collections.abc import Iterator  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+from tests.support.real_checkpoints import llama_untrained, qwen_trained, qwen_untrained  # noqa: E402, F401
 from tests.support.servers import Server, timed_start  # noqa: E402
 
 torch.set_num_threads(1)
