@@ -6,6 +6,7 @@ fail at once with their message; a dropped connection, a timeout or a crashed tr
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from prefect.tasks import exponential_backoff
@@ -39,10 +40,15 @@ def transient_only(task: Any, task_run: Any, state: Any) -> bool:
 def retry_policy(retries: int = 2, backoff_s: float = 2.0) -> dict[str, Any]:
     """Prefect task options: ``retries`` attempts after the first, exponential backoff from ``backoff_s`` seconds
     with jitter (so parallel runs do not retry in step), and only for failures a retry can fix; the final failure
-    is recorded for the run's report (tasks.failures)."""
+    is recorded for the run's report (tasks.failures).
+
+    ``ESSAFLOW_RETRY_BACKOFF_SCALE`` (default 1), read when the tasks are defined (at import), scales every backoff:
+    fault-injection tests set it low so that a run meant to fail does not sit out 15 s of waits between attempts.
+    """
+    scale = float(os.environ.get("ESSAFLOW_RETRY_BACKOFF_SCALE", 1.0))
     return {
         "retries": retries,
-        "retry_delay_seconds": exponential_backoff(backoff_factor=backoff_s),
+        "retry_delay_seconds": exponential_backoff(backoff_factor=backoff_s * scale),
         "retry_jitter_factor": 0.5,
         "retry_condition_fn": transient_only,
         "on_failure": [failures.on_task_failure],

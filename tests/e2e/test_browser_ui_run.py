@@ -26,7 +26,6 @@ import pytest
 import yaml
 
 from flows.parameters import merge_tree, preset_tree
-from tests.integration.conftest import prefect_server  # noqa: F401  (the session's real Prefect server)
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
@@ -84,7 +83,7 @@ def artifacts() -> Path:
 
 
 @pytest.fixture
-def deployed(prefect_server, tmp_path):  # noqa: F811
+def deployed(prefect_server, tmp_path):
     """`essaflow deploy` against the server, presets at test size; the environment a worker then runs with."""
     _require_browser()
     presets = tmp_path / "presets"
@@ -114,7 +113,7 @@ def deployed(prefect_server, tmp_path):  # noqa: F811
     return env, tmp_path
 
 
-def test_a_custom_run_started_from_the_form_completes_with_the_changed_field(prefect_server, deployed, artifacts):  # noqa: F811
+def test_a_custom_run_started_from_the_form_completes_with_the_changed_field(prefect_server, deployed, artifacts):
     env, tmp = deployed
     t0 = time.monotonic()
     opts = {"ui": prefect_server.url, "deployment": "finetune-essa", "label": "generations", "value": 3}

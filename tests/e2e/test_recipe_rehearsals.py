@@ -1,5 +1,5 @@
-"""Dress rehearsals of the paper recipes in configs/: `essaflow run <recipe>` end to end (Prefect's temporary API,
-sqlite MLflow, file:// storage), each with its model swapped for a small locally built Qwen2-architecture
+"""Dress rehearsals of the paper recipes in configs/: `essaflow run <recipe>` end to end (the session's Prefect
+server, sqlite MLflow, file:// storage), each with its model swapped for a small locally built Qwen2-architecture
 checkpoint (byte-level BPE tokenizer trained by `tokenizers`, Qwen-style chat template, generation_config ending
 turns at <|im_end|>) and its data for a small file in the recipe's own format.
 
@@ -9,6 +9,10 @@ population, minibatch, samples, tokens, eval size). Everything else (LoRA rank, 
 mini-batches, full-parameter F-GRPO, the system prompt, chat template, SFT target, reward, data adapter and
 columns) is the recipe's own, so a run here exercises the same code paths a GPU run of the recipe takes. Each test
 prints its wall time (pytest -s shows it) and records it as a junit property.
+
+The commands talk to the session's real Prefect server (tests/conftest.py) rather than each starting Prefect's
+temporary local API (a server start and a fresh database per command); tests/e2e/test_cli_finetune.py and
+test_prepare_cache.py run the CLI on the temporary API.
 """
 
 from __future__ import annotations
@@ -72,10 +76,17 @@ def qwen_checkpoint(tmp_path_factory) -> Path:
     return build_qwen_like(tmp_path_factory.mktemp("qwen-rehearsal"), train_steps=60)
 
 
-def essaflow(workdir: Path, *args: str) -> tuple[dict, float]:
-    """One `essaflow` command in workdir (its own Prefect home, MLflow file and store); its JSON line, wall time."""
+@pytest.fixture(scope="module")
+def prefect_api(prefect_server) -> str:
+    return f"{prefect_server.url}/api"
+
+
+def essaflow(workdir: Path, prefect_api: str, *args: str) -> tuple[dict, float]:
+    """One `essaflow` command in workdir (its own Prefect home, MLflow file and store; the session's Prefect
+    server); its JSON line, wall time."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MLFLOW_", "AWS_", "ESSAFLOW_S"))}
     env.update({"PREFECT_HOME": str(workdir / "prefect-home"), "ESSAFLOW_CACHE_DIR": os.environ["ESSAFLOW_CACHE_DIR"]})
+    env.update({"PREFECT_API_URL": prefect_api, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"})
     start = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, "-m", "cli.main", *args], cwd=workdir, env=env, capture_output=True, text=True, timeout=600
@@ -88,9 +99,9 @@ def essaflow(workdir: Path, *args: str) -> tuple[dict, float]:
     return json.loads(proc.stdout.strip().splitlines()[-1]), wall
 
 
-def rehearse(workdir: Path, recipe: str, overrides: list[str], record_property) -> tuple[dict, float]:
+def rehearse(workdir: Path, prefect_api: str, recipe: str, overrides: list[str], record_property) -> tuple[dict, float]:
     sets = [arg for o in overrides for arg in ("--set", o)]
-    out, wall = essaflow(workdir, "run", str(CONFIGS / recipe), "--no-progress", *sets)
+    out, wall = essaflow(workdir, prefect_api, "run", str(CONFIGS / recipe), "--no-progress", *sets)
     shares = truncation_shares(workdir, out["run_id"])
     print(f"\nrehearsal {recipe}: {wall:.1f} s wall (flow {out.get('flow_s')} s, stages {out['stages']}); "
           f"truncated shares {shares}")  # fmt: skip
@@ -124,37 +135,39 @@ def assert_turns_end_at_im_end(workdir: Path, run_id: str) -> None:
     assert all(0.0 <= v < 0.5 for v in shares.values()), shares
 
 
-def test_essa_qwen25_7b_gsm8k_rehearsal(tmp_path, qwen_checkpoint, record_property):
+def test_essa_qwen25_7b_gsm8k_rehearsal(tmp_path, prefect_api, qwen_checkpoint, record_property):
     data = write_gsm8k(tmp_path / "gsm8k.jsonl", 80)
     model = [f"model.name_or_path={qwen_checkpoint}", "data.source=file", f"data.path={data}"]
-    out, _ = rehearse(tmp_path, "essa-qwen2.5-7b-gsm8k.yaml", model + CPU_ONLY + SMALL + ESSA_CPU, record_property)
+    sets = model + CPU_ONLY + SMALL + ESSA_CPU
+    out, _ = rehearse(tmp_path, prefect_api, "essa-qwen2.5-7b-gsm8k.yaml", sets, record_property)
     assert_the_pipeline_ran(out, "essa-qwen2.5-7b-gsm8k", steps=2)
     assert_turns_end_at_im_end(tmp_path, out["run_id"])
     assert out["training"]["method_label"] == "ESSA(cma, accuracy)"  # the recipe's CMA-ES on the task reward
     assert sum(out["training"]["work_by_node"].values()) == 2 * 4  # candidates scored by the Ray worker (seed sync)
     # the README's third command: the champion again, on the dataset and protocol its tags recorded (no config)
-    again, wall = essaflow(tmp_path, "eval", "--model", "essa-qwen2.5-7b-gsm8k", "--alias", "champion")
+    again, wall = essaflow(tmp_path, prefect_api, "eval", "--model", "essa-qwen2.5-7b-gsm8k", "--alias", "champion")
     print(f"eval of the registered champion: {wall:.1f} s wall, {again['pass_at_k']}")
     assert set(again["pass_at_k"]) == set(out["after"]) and 0.0 <= again["truncated_share"] < 0.5
 
 
-def test_essa_qwen25_math_7b_math_rehearsal(tmp_path, qwen_checkpoint, record_property):
+def test_essa_qwen25_math_7b_math_rehearsal(tmp_path, prefect_api, qwen_checkpoint, record_property):
     data = write_math(tmp_path / "prm800k-math-train.jsonl", 80)
     model = [f"model.name_or_path={qwen_checkpoint}", f"data.path={data}"]  # the recipe reads a file already
-    out, _ = rehearse(tmp_path, "essa-qwen2.5-math-7b-math.yaml", model + CPU_ONLY + SMALL + ESSA_CPU, record_property)
+    sets = model + CPU_ONLY + SMALL + ESSA_CPU
+    out, _ = rehearse(tmp_path, prefect_api, "essa-qwen2.5-math-7b-math.yaml", sets, record_property)
     assert_the_pipeline_ran(out, "essa-qwen2.5-math-7b-math", steps=2)
     assert sum(out["training"]["work_by_node"].values()) == 2 * 4
     assert_turns_end_at_im_end(tmp_path, out["run_id"])
 
 
-def test_fgrpo_qwen25_7b_deepscaler_rehearsal(tmp_path, qwen_checkpoint, record_property):
+def test_fgrpo_qwen25_7b_deepscaler_rehearsal(tmp_path, prefect_api, qwen_checkpoint, record_property):
     # 1,300 rows: the recipe's sft_fraction (0.0004, the no-op SFT) then still selects at least one problem; sums of
     # 2..8, so that a few of the barely trained model's rollouts are right (~2%: over 3 steps x 128 rollouts some
     # groups mix right and wrong answers, so the focal-weighted advantages are not all zero)
     data = write_deepscaler(tmp_path / "deepscaler.json", 1300, high=4)
     model = [f"model.name_or_path={qwen_checkpoint}", "data.source=file", f"data.path={data}"]
     sets = model + CPU_ONLY + SMALL + GRPO_CPU
-    out, _ = rehearse(tmp_path, "fgrpo-qwen2.5-7b-deepscaler.yaml", sets, record_property)
+    out, _ = rehearse(tmp_path, prefect_api, "fgrpo-qwen2.5-7b-deepscaler.yaml", sets, record_property)
     assert_the_pipeline_ran(out, "fgrpo-qwen2.5-7b-deepscaler", steps=3)
     assert_turns_end_at_im_end(tmp_path, out["run_id"])
     # grpo.parameters=full (the recipe's): the result is a whole checkpoint, and every weight moved at lr 1e-6

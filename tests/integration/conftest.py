@@ -11,6 +11,7 @@ import pytest
 
 from devstack import Service, ServiceError, free_port, start_seaweedfs, weed_binary
 from essaflow.storage import S3Store, open_store
+from tests.support.servers import Server, timed_start
 
 
 class SeaweedFS:
@@ -122,42 +123,8 @@ def s3_store(seaweedfs) -> S3Store:
 
 
 # ------------------------------------------------------------------------ Prefect server, MLflow server, Ray head
-# Real servers on 127.0.0.1 for the pipeline tests, one of each per session, stopped (by PID) at teardown.
-
-
-class Server:
-    """A started server with how long it took to answer and its memory (whole process group) right after."""
-
-    def __init__(self, service: Service, state_dir: Path, start_s: float):
-        from devstack import rss_mb
-
-        self.service, self.state_dir, self.start_s = service, state_dir, round(start_s, 1)
-        self.url = service.url
-        self.rss_mb = rss_mb(service.pid)
-
-    def __repr__(self) -> str:
-        return f"Server({self.service.name}, {self.url}, start {self.start_s}s, {self.rss_mb} MB)"
-
-
-def _timed_start(start, *args, **kw) -> tuple[Service, float]:
-    import time
-
-    t0 = time.monotonic()
-    svc = start(*args, **kw)
-    return svc, time.monotonic() - t0
-
-
-@pytest.fixture(scope="session")
-def prefect_server(tmp_path_factory) -> Iterator[Server]:
-    """`prefect server start` with its own home and sqlite database; the scheduler is off (tests trigger runs)."""
-    from devstack import start_prefect_server
-
-    sd = tmp_path_factory.mktemp("prefect-server")
-    svc, took = _timed_start(start_prefect_server, sd, free_port(), scheduler=False)
-    try:
-        yield Server(svc, sd, took)
-    finally:
-        svc.stop()
+# Real servers on 127.0.0.1 for the pipeline tests, one of each per session, stopped (by PID) at teardown. The
+# Prefect server (`prefect_server`) is in tests/conftest.py: the browser test in tests/e2e shares the same one.
 
 
 @pytest.fixture(scope="session")
@@ -173,7 +140,7 @@ def mlflow_server(tmp_path_factory, seaweedfs) -> Iterator[Server]:
         "AWS_DEFAULT_REGION": "us-east-1",
     }
     dest = f"s3://{seaweedfs.bucket}/mlflow"
-    svc, took = _timed_start(start_mlflow_server, sd, free_port(), artifacts_destination=dest, extra_env=s3)
+    svc, took = timed_start(start_mlflow_server, sd, free_port(), artifacts_destination=dest, extra_env=s3)
     try:
         yield Server(svc, sd, took)
     finally:
@@ -186,7 +153,7 @@ def ray_head(tmp_path_factory) -> Iterator[Server]:
     from devstack import start_ray_head
 
     sd = tmp_path_factory.mktemp("ray-head")
-    svc, took = _timed_start(start_ray_head, sd, free_port(), num_cpus=2)
+    svc, took = timed_start(start_ray_head, sd, free_port(), num_cpus=2)
     try:
         yield Server(svc, sd, took)
     finally:

@@ -27,6 +27,19 @@ def _ray_disconnect_after():
         ray.shutdown()
 
 
+@pytest.fixture
+def short_backoff(monkeypatch):
+    """The flow's register and train tasks with a tenth of their retry delays (2 s / 5 s before the first retry):
+    the same retries, without the waits."""
+    import flows.finetune as pipeline
+
+    for name in ("register", "train"):
+        task = getattr(pipeline, name)
+        monkeypatch.setattr(
+            pipeline, name, task.with_options(retry_delay_seconds=[d / 10 for d in task.retry_delay_seconds])
+        )
+
+
 def _finetune(overrides: dict):
     from flows.finetune import finetune
 
@@ -40,7 +53,7 @@ def _committed_only(store, prefix: str) -> list[str]:
     return [k for k in keys if not any(k.startswith(c + "/") for c in committed)]
 
 
-def test_a_registration_retried_after_success_makes_no_second_version(stack_in_process, monkeypatch):
+def test_a_registration_retried_after_success_makes_no_second_version(stack_in_process, short_backoff, monkeypatch):
     real, calls = tracking.register_adapter, []
 
     def lost_reply(*args, **kwargs):  # the version is created, then the connection drops before the reply
@@ -59,7 +72,7 @@ def test_a_registration_retried_after_success_makes_no_second_version(stack_in_p
 
 
 def test_a_train_task_killed_once_resumes_from_its_checkpoint_and_ends_with_the_same_adapter(
-    stack_in_process, monkeypatch
+    stack_in_process, short_backoff, monkeypatch
 ):
     cfg = {"method": "essa", "essa": {**tiny()["essa"], "generations": 3, "checkpoint_every": 1}}
     clean = _finetune({"name": "resume-clean", **cfg})

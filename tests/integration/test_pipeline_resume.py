@@ -5,6 +5,10 @@ line last and no traceback on the terminal; once the server is back, `essaflow r
 newest checkpoint and ends with the adapter of an uninterrupted run, and MLflow holds one point per step. Killed in
 the middle of a checkpoint's multipart upload, the run fails cleanly, nothing partial is visible, and a resumed run
 completes. A config that changes the run's trajectory is refused, naming the field.
+
+Every resumed run is compared with one uninterrupted `essaflow run` of the same config (a module fixture). The runs
+meant to fail get short retry backoffs (ESSAFLOW_RETRY_BACKOFF_SCALE, or the task's options in this process): the
+retries still happen, without 15-22 s of waiting between attempts against a server that is not coming back.
 """
 
 from __future__ import annotations
@@ -26,11 +30,15 @@ from essaflow.storage import MANIFEST, S3Store, open_store
 from tests.integration.pipeline_support import REPO, flow_run_logs, tiny
 
 pytestmark = pytest.mark.integration
-GENERATIONS = 6
+#: 4: a kill after checkpoint 1 or in checkpoint 2's upload, and a crash in generation 3, each leave generations to
+#: resume into
+GENERATIONS = 4
 #: one budget for every run here, so their adapters can be compared; CMA-ES state (d=256 covariance) is the
 #: checkpoint's biggest file (~1 MB), uploaded in parts once the multipart threshold is lowered
 CFG = tiny(method="essa", essa={**tiny()["essa"], "generations": GENERATIONS, "checkpoint_every": 1})
-_CLEAN: dict[str, str] = {}
+#: the train task's backoffs (5 s, 10 s, each +-50 %) in runs whose storage stays dead: 0.5 s and 1 s
+BACKOFF_SCALE = 0.1
+FAST_RETRY = {"ESSAFLOW_RETRY_BACKOFF_SCALE": str(BACKOFF_SCALE)}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -42,18 +50,6 @@ def _ray_disconnect_after():
         ray.shutdown()
 
 
-def _clean_digest(stack) -> str:
-    """The adapter digest of an uninterrupted run of CFG (once per module)."""
-    if "digest" not in _CLEAN:
-        from flows.finetune import finetune
-
-        t0 = time.monotonic()
-        result = finetune(parse_config({**CFG, "name": "resume-clean", "storage_uri": stack.storage_uri}))
-        _CLEAN["wall_s"] = f"{time.monotonic() - t0:.1f}"
-        _CLEAN["digest"] = manifest_digest(stack.store().read_manifest(f"runs/{result.run_id}/adapter"))
-    return _CLEAN["digest"]
-
-
 def _essaflow(args: list[str], env: dict[str, str], cwd) -> tuple[int, dict, str, float]:
     t0 = time.monotonic()
     proc = subprocess.run(
@@ -62,6 +58,19 @@ def _essaflow(args: list[str], env: dict[str, str], cwd) -> tuple[int, dict, str
     )  # fmt: skip
     last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else "{}"
     return proc.returncode, json.loads(last), proc.stderr, time.monotonic() - t0
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(pipeline_stack, tmp_path_factory) -> SimpleNamespace:
+    """One uninterrupted `essaflow run` of CFG on the stack: its adapter digest, MLflow run and wall time."""
+    workdir = tmp_path_factory.mktemp("resume-clean")
+    (workdir / "resume-cli-clean.yaml").write_text(yaml.safe_dump({**CFG, "name": "resume-cli-clean"}))
+    rc, out, err, wall_s = _essaflow(
+        ["run", "resume-cli-clean.yaml", "--no-progress"], pipeline_stack.subprocess_env(), workdir
+    )
+    assert rc == 0, err[-3000:]
+    digest = manifest_digest(pipeline_stack.store().read_manifest(f"runs/{out['run_id']}/adapter"))
+    return SimpleNamespace(digest=digest, run_id=out["run_id"], mlflow_run_id=out["mlflow_run_id"], wall_s=wall_s)
 
 
 def _one_point_per_step(tracking_uri: str, mlflow_run_id: str) -> dict[str, list[int]]:
@@ -85,26 +94,21 @@ def _mlflow_run(tracking_uri: str, experiment: str, run_id: str):
 
 
 def test_s3_dead_for_good_fails_with_a_json_line_and_resume_last_ends_with_the_uninterrupted_adapter(
-    stack_in_process, seaweedfs_factory, tmp_path, monkeypatch
+    stack_in_process, uninterrupted, seaweedfs_factory, tmp_path, monkeypatch
 ):
     server = seaweedfs_factory("resume")
     store = server.store("run")
-    for name in ("resume-cli", "resume-cli-clean"):
-        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump({**CFG, "name": name}))
+    (tmp_path / "resume-cli.yaml").write_text(yaml.safe_dump({**CFG, "name": "resume-cli"}))
     env = stack_in_process.subprocess_env(
-        **server.env, ESSAFLOW_STORAGE_URI="s3://resume/run", ESSAFLOW_S3_RETRY_TIMEOUT_S="2"
+        **server.env, ESSAFLOW_STORAGE_URI="s3://resume/run", ESSAFLOW_S3_RETRY_TIMEOUT_S="2", **FAST_RETRY
     )
-    rc, out, err, clean_s = _essaflow(["run", "resume-cli-clean.yaml", "--no-progress"], env, tmp_path)
-    assert rc == 0, err[-3000:]
-    clean_run, clean_mlflow = out["run_id"], out["mlflow_run_id"]
-    clean = manifest_digest(store.read_manifest(f"runs/{clean_run}/adapter"))  # uninterrupted, same conditions
+    clean, clean_mlflow, clean_s = uninterrupted.digest, uninterrupted.mlflow_run_id, uninterrupted.wall_s
     killed: dict[str, float] = {}
 
     def kill_after_the_first_checkpoint():
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
-            keys = [k for k in store.list("runs") if not k.startswith(f"runs/{clean_run}/")]
-            if any(k.endswith(f"/checkpoints/00000001/{MANIFEST}") for k in keys):
+            if any(k.endswith(f"/checkpoints/00000001/{MANIFEST}") for k in store.list("runs")):
                 server.service.kill()
                 killed["at"] = time.monotonic()
                 return
@@ -137,7 +141,10 @@ def test_s3_dead_for_good_fails_with_a_json_line_and_resume_last_ends_with_the_u
         server.start()
         finetune(parse_config({**changed, "essa": {**CFG["essa"], "sigma0": 0.9}}), resume=run_id)
 
-    rc, out, err, resumed_s = _essaflow(["run", "resume-cli.yaml", "--no-progress", "--resume", "last"], env, tmp_path)
+    resume_env = {k: v for k, v in env.items() if k not in FAST_RETRY}  # the resumed run: the default policy
+    rc, out, err, resumed_s = _essaflow(
+        ["run", "resume-cli.yaml", "--no-progress", "--resume", "last"], resume_env, tmp_path
+    )
 
     assert rc == 0, err[-3000:]
     assert out["run_id"] == run_id and 1 <= out["training"]["resumed_from"] < GENERATIONS
@@ -157,11 +164,11 @@ def test_s3_dead_for_good_fails_with_a_json_line_and_resume_last_ends_with_the_u
 
 
 def test_s3_killed_mid_checkpoint_upload_leaves_nothing_partial_and_a_resumed_run_completes(
-    stack_in_process, seaweedfs_factory, monkeypatch
+    stack_in_process, uninterrupted, seaweedfs_factory, monkeypatch
 ):
-    from flows.finetune import finetune
+    import flows.finetune as pipeline
 
-    clean = _clean_digest(stack_in_process)
+    clean = uninterrupted.digest
     server = seaweedfs_factory("midrun")
     for key, value in {**server.env, "ESSAFLOW_S3_RETRY_TIMEOUT_S": "2"}.items():
         monkeypatch.setenv(key, value)
@@ -182,8 +189,11 @@ def test_s3_killed_mid_checkpoint_upload_leaves_nothing_partial_and_a_resumed_ru
 
     monkeypatch.setattr(S3Store, "_make_client", hooked)
     cfg = parse_config({**CFG, "name": "resume-midupload", "storage_uri": "s3://midrun/run"})
+    train = pipeline.train
+    fast = [d * BACKOFF_SCALE for d in train.retry_delay_seconds]  # the same retries, without the waits
+    monkeypatch.setattr(pipeline, "train", train.with_options(retry_delay_seconds=fast))
 
-    state = finetune(cfg, return_state=True)
+    state = pipeline.finetune(cfg, return_state=True)
 
     assert seen, "the server must have died during a multipart upload of checkpoint 2"
     assert state.is_failed()
@@ -195,17 +205,18 @@ def test_s3_killed_mid_checkpoint_upload_leaves_nothing_partial_and_a_resumed_ru
     assert latest_checkpoint(store, SimpleNamespace(run_prefix=f"runs/{run_id}")) == "00000001"
     assert not any(seen["key"].endswith(k) for k in ckpt2), f"the cut-off object is visible: {seen['key']}"
 
-    result = finetune(cfg, resume=run_id)
+    monkeypatch.setattr(pipeline, "train", train)  # the resumed run: the default policy
+    result = pipeline.finetune(cfg, resume=run_id)
 
     assert result.run_id == run_id and result.training["resumed_from"] == 1
     assert manifest_digest(store.read_manifest(f"runs/{run_id}/adapter")) == clean
 
 
-def test_a_flow_retry_keeps_the_run_id_resumes_and_logs_each_step_once(stack_in_process, monkeypatch):
+def test_a_flow_retry_keeps_the_run_id_resumes_and_logs_each_step_once(stack_in_process, uninterrupted, monkeypatch):
     import flows.finetune as pipeline
     from essaflow import training
 
-    clean = _clean_digest(stack_in_process)
+    clean = uninterrupted.digest
     real, calls = training.load_trainer("essa"), []
 
     def dies_after_logging_generation_3(config, splits, sft, out_dir, checkpoint_dir=None, on_metrics=None,

@@ -13,14 +13,13 @@ from essaflow import tracking
 from essaflow.config import DataConfig, ModelConfig, PipelineConfig, SamplingConfig
 from essaflow.models import attach_lora, load_base_model, load_tokenizer, save_adapter
 from essaflow.sampling import TransformersGenerator
-from tests.support.real_checkpoints import qwen_trained  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.integration
 
 QUESTIONS = ["Tom has 12 apples and buys 7 more. How many apples does he have?", "Tom has 30 apples and buys 5 more."]
 
 
-def test_predict_formats_raw_questions_as_training_did(qwen_trained, tmp_path):  # noqa: F811
+def test_predict_formats_raw_questions_as_training_did(qwen_trained, tmp_path):
     import mlflow
 
     model_cfg = ModelConfig(name_or_path=str(qwen_trained), target_modules=["q_proj", "v_proj"])

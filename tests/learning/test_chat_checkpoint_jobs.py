@@ -7,7 +7,7 @@ import pytest
 
 from essaflow.config import load_config
 from essaflow.job import run_training_job
-from tests.support.real_checkpoints import qwen_trained, write_gsm8k_jsonl  # noqa: F401 (fixture)
+from tests.support.real_checkpoints import write_gsm8k_jsonl
 
 pytestmark = pytest.mark.learning
 
@@ -19,7 +19,7 @@ METHODS = {
 
 
 @pytest.mark.parametrize("method", sorted(METHODS))
-def test_both_jobs_run_on_a_chat_checkpoint_and_report_truncation(method, qwen_trained, tmp_path):  # noqa: F811
+def test_both_jobs_run_on_a_chat_checkpoint_and_report_truncation(method, qwen_trained, tmp_path):
     data = write_gsm8k_jsonl(tmp_path / "gsm8k.jsonl", n=120)
     cfg = load_config(
         None,

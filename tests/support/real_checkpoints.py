@@ -205,7 +205,8 @@ def build_llama_like(out_dir: Path, train_steps: int = 0, seed: int = 0) -> Path
     return out
 
 
-# Session fixtures (import them into a test module: `from tests.support.real_checkpoints import qwen_trained`).
+# Session fixtures, registered once in tests/conftest.py: every test module asks for them by name. (Imported into a
+# test module, a fixture is defined again there, and a session fixture defined twice is built twice.)
 @pytest.fixture(scope="session")
 def qwen_untrained(tmp_path_factory) -> Path:
     """Random-weight Qwen-like checkpoint (tokenizer and template tests)."""

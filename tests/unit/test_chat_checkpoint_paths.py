@@ -18,13 +18,13 @@ from essaflow.prompt_format import PromptFormat, prompt_ids
 from essaflow.sampling import TransformersGenerator
 from essaflow.sft import sft_batch
 from essaflow.warm_start import prepare_splits
-from tests.support.real_checkpoints import qwen_trained, write_gsm8k_jsonl  # noqa: F401 (fixture)
+from tests.support.real_checkpoints import write_gsm8k_jsonl
 
 SYSTEM = "Solve it and write the number after ####."
 
 
 @pytest.fixture(scope="module")
-def cfg(qwen_trained, tmp_path_factory):  # noqa: F811
+def cfg(qwen_trained, tmp_path_factory):
     data = write_gsm8k_jsonl(tmp_path_factory.mktemp("gsm8k") / "train.jsonl", n=60)
     return load_config(
         None,
@@ -48,7 +48,7 @@ class Recorder:
         return torch.cat([input_ids, torch.full((input_ids.shape[0], 1), self.stop, device=input_ids.device)], 1)
 
 
-def test_generation_stops_at_im_end_from_generation_config(qwen_trained):  # noqa: F811
+def test_generation_stops_at_im_end_from_generation_config(qwen_trained):
     from essaflow.config import ModelConfig
 
     mc = ModelConfig(name_or_path=str(qwen_trained))

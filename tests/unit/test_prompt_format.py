@@ -17,7 +17,6 @@ from essaflow.prompt_format import (
 )
 from essaflow.sampling import encode_prompts, mask_after_eos
 from essaflow.tiny_model import answer_only_batch
-from tests.support.real_checkpoints import llama_untrained, qwen_untrained  # noqa: F401 (fixtures)
 
 Q = "Tom has 3 apples and buys 4 more. How many apples does he have?"
 
@@ -26,7 +25,7 @@ def _tok(path):
     return load_tokenizer(ModelConfig(name_or_path=str(path)))
 
 
-def test_auto_uses_the_tokenizers_chat_template_with_the_system_prompt(qwen_untrained):  # noqa: F811
+def test_auto_uses_the_tokenizers_chat_template_with_the_system_prompt(qwen_untrained):
     tok = _tok(qwen_untrained)
     text = render_prompt(tok, Q, PromptFormat(system_prompt="Answer after ####."))
     system = "<|im_start|>system\nAnswer after ####.<|im_end|>\n"
@@ -44,7 +43,7 @@ def test_without_a_template_auto_is_the_text_and_always_is_an_error():
         render_prompt(tok, "1+2=", PromptFormat(chat_template="always"))
 
 
-def test_bos_is_added_exactly_once_with_or_without_a_template_that_writes_it(llama_untrained):  # noqa: F811
+def test_bos_is_added_exactly_once_with_or_without_a_template_that_writes_it(llama_untrained):
     tok = _tok(llama_untrained)
     bos = tok.bos_token_id
     assert bos_id(tok) == bos
@@ -56,13 +55,13 @@ def test_bos_is_added_exactly_once_with_or_without_a_template_that_writes_it(lla
     assert tok(text, add_special_tokens=True)["input_ids"][:2] == [bos, bos]
 
 
-def test_qwen_style_tokenizers_get_no_bos(qwen_untrained):  # noqa: F811
+def test_qwen_style_tokenizers_get_no_bos(qwen_untrained):
     tok = _tok(qwen_untrained)
     assert bos_id(tok) is None
     assert prompt_ids(tok, [Q], PromptFormat(chat_template="never"))[0] == tok(Q, add_special_tokens=False)["input_ids"]
 
 
-def test_stop_ids_join_generation_config_and_tokenizer(qwen_untrained, llama_untrained):  # noqa: F811
+def test_stop_ids_join_generation_config_and_tokenizer(qwen_untrained, llama_untrained):
     for path, turn_end in ((qwen_untrained, "<|im_end|>"), (llama_untrained, "<|eot_id|>")):
         tok = _tok(path)
         model = load_base_model(ModelConfig(name_or_path=str(path)))
@@ -79,7 +78,7 @@ def test_masking_stops_at_the_first_of_any_stop_id():
     assert mask.tolist() == [[1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1]]
 
 
-def test_sft_target_closes_the_turn_as_the_template_does(qwen_untrained, llama_untrained):  # noqa: F811
+def test_sft_target_closes_the_turn_as_the_template_does(qwen_untrained, llama_untrained):
     for path, turn_end in ((qwen_untrained, "<|im_end|>"), (llama_untrained, "<|eot_id|>")):
         tok = _tok(path)
         model = load_base_model(ModelConfig(name_or_path=str(path)))

@@ -13,7 +13,7 @@ from essaflow.prompt_format import PromptFormat
 from essaflow.sft import sft_batch, sft_target
 from essaflow.storage import open_store
 from essaflow.warm_start import sft_key
-from tests.support.real_checkpoints import qwen_untrained, write_gsm8k_jsonl  # noqa: F401 (fixture)
+from tests.support.real_checkpoints import write_gsm8k_jsonl
 
 
 def test_gsm8k_adapter_keeps_the_worked_solution_and_reads_the_answer(tmp_path):
@@ -53,7 +53,7 @@ def test_the_dataset_artifact_stores_solutions(tmp_path):
     assert back == splits and all(p.solution for p in back.sft)
 
 
-def test_sft_trains_on_the_solution_by_default_and_on_the_answer_on_request(qwen_untrained):  # noqa: F811
+def test_sft_trains_on_the_solution_by_default_and_on_the_answer_on_request(qwen_untrained):
     tok = load_tokenizer(ModelConfig(name_or_path=str(qwen_untrained)))
     p = Problem(id="1", prompt="Tom has 3 and buys 4. How many?", answer="7", solution="3 + 4 = 7.\n#### 7")
     assert SFTConfig().target == "solution"

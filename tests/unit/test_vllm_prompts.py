@@ -10,7 +10,6 @@ from essaflow.config import ModelConfig
 from essaflow.models import load_tokenizer
 from essaflow.prompt_format import PromptFormat, prompt_ids
 from essaflow.sampling import VLLMGenerator
-from tests.support.real_checkpoints import qwen_untrained  # noqa: F401 (fixture)
 
 
 @dataclass
@@ -38,7 +37,7 @@ def _fake_vllm(monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm", mod)
 
 
-def test_vllm_gets_rendered_token_ids_and_every_stop_id(qwen_untrained, monkeypatch):  # noqa: F811
+def test_vllm_gets_rendered_token_ids_and_every_stop_id(qwen_untrained, monkeypatch):
     _fake_vllm(monkeypatch)
     fmt = PromptFormat(system_prompt="Be brief.")
     gen = VLLMGenerator(str(qwen_untrained), dtype="float32", fmt=fmt)
