@@ -88,7 +88,7 @@ def deployed(prefect_server, tmp_path):
     _require_browser()
     presets = tmp_path / "presets"
     presets.mkdir()
-    for name in ("tiny-essa", "tiny-fgrpo", "tiny"):  # every flow's preset must load
+    for name in ("tiny-essa", "tiny-fgrpo", "tiny", "compare-tiny"):  # every flow's preset must load
         tree = merge_tree(preset_tree(name), TEST_SIZE) if name == "tiny-essa" else preset_tree(name)
         (presets / f"{name}.yaml").write_text(yaml.safe_dump(tree))
     drop = ("PREFECT_", "MLFLOW_", "AWS_", "RAY_", "ESSAFLOW_S")  # nothing of the caller's services
