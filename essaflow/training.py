@@ -123,9 +123,11 @@ def train(
         uri, digest = publish_dir(
             storage.store, f"{storage.run_prefix}/{result.output_dir.name}", result.output_dir, overwrite=True
         )
-        rows = "".join(json.dumps(m) + "\n" for m in result.metrics).encode()
+        rows_dir = Path(work_dir) / "train-rows"  # a directory artifact, so its manifest vouches for it
+        rows_dir.mkdir(parents=True, exist_ok=True)
+        (rows_dir / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in result.metrics))
+        publish_dir(storage.store, f"{storage.run_prefix}/train", rows_dir, overwrite=True)
         metrics_key = f"{storage.run_prefix}/train/metrics.jsonl"
-        storage.store.put_bytes(metrics_key, rows)
     if result.work_by_node:
         log.info("work by Ray node: %s; workers lost: %d", result.work_by_node, result.worker_failures)
     return Trained(result, uri, digest, restored, storage.store.url(metrics_key))

@@ -67,9 +67,8 @@ def test_run_prints_the_pipeline_summary_as_its_last_json_line(workdir, first_ru
     }
     assert set(out["before"]) == {"greedy", "pass@1", "pass@2", "pass@4"}
     assert 0 < out["overhead"]["share"] < 1
-    usage = out["training"]["usage"]  # what training spent, in the job JSON (issue 12 item 3)
-    assert usage["generated_tokens"] > 0 and usage["forward_tokens"] >= usage["generated_tokens"]
-    assert usage["device_s"] > 0 and out["training"]["wall_s"] > 0 and "bytes_per_update" in out["training"]
+    # what training spent is in the JSON; this run is SFT only (method none): nothing trained after the warm start
+    assert out["training"]["kind"] == "none" and out["training"]["usage"] == {} and out["training"]["wall_s"] == 0
 
 
 def test_a_second_run_hits_the_dataset_cache_and_meets_the_promotion_gate(workdir, first_run):

@@ -130,8 +130,13 @@ def test_a_perturbed_replica_is_detected_and_resynced(tiny, tmp_path):
     finally:
         pool.close()
     assert Path(PerturbOnce.marker).exists()
-    assert [s.resyncs for s in stats] == [0, 0, 1, 0] and stats[2].stale_answers >= 1
-    assert stats[2].resync_bytes > 0 and stats[2].bytes_sent > stats[2].resync_bytes
+    assert stats[2].stale_answers >= 1  # caught in the generation it happened
+    # The stale share goes back to the queue and the first free worker takes it: the perturbed one (resynced in
+    # generation 2) or the other (then the perturbed one gets the state with its first call of generation 3).
+    resynced = [g for g, s in enumerate(stats) if s.resyncs]
+    assert [s.resyncs for s in stats if s.resyncs] == [1] and resynced[0] in (2, 3), [s.resyncs for s in stats]
+    r = stats[resynced[0]]
+    assert r.resync_bytes > 0 and r.bytes_sent > r.resync_bytes
     assert all(np.array_equal(a, b) for a, b in zip(fitness, expected)) and np.array_equal(mean, expected_mean)
     assert all(sum(s.per_worker) == 12 and s.duplicates_dropped == 0 for s in stats)
 
