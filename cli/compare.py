@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from cli.common import SetOpt, emit, fail, flow_logging, service_env
-from cli.pipeline import progress_bars, quiet_console_tracebacks
+from cli.pipeline import fail_unless_completed, progress_bars, quiet_console_tracebacks
 from essaflow.config_base import ConfigError
 
 
@@ -43,14 +43,7 @@ def compare(
             state = compare_flow(cfg, return_state=True)
     except Exception as err:  # the orchestrator itself
         fail(failures.describe(err), "orchestration", None, [])
-    failure, run_id = failures.pop(str(state.state_details.flow_run_id))
-    if not state.is_completed():
-        try:
-            state.result()
-            error = state.message or state.name
-        except BaseException as err:
-            error = failures.describe(err)
-        fail(failure.error if failure else error, failure.stage if failure else "flow", run_id, [])
+    fail_unless_completed(state, [])
     for line in _summary_lines(state.result()):
         typer.echo(line, err=True)
     emit({**state.result(), "wall_s": round(time.perf_counter() - start, 2)})

@@ -67,6 +67,22 @@ def rerun_command(argv: list[str], set_: list[str] | None) -> list[str]:
     return ["essaflow", *argv, *(w for item in set_ or [] for w in ("--set", item))]
 
 
+def fail_unless_completed(state: Any, rerun: list[str], name_run: bool = True) -> None:
+    """A flow run that did not complete ends the command through `fail`: its failed stage's error (else the flow's),
+    the run id when `name_run` (with the command that resumes it, given `rerun`), exit status 1."""
+    from tasks import failures
+
+    failure, run_id = failures.pop(str(state.state_details.flow_run_id))
+    if state.is_completed():
+        return
+    try:
+        state.result()
+        error = state.message or state.name
+    except BaseException as err:
+        error = failures.describe(err)
+    fail(failure.error if failure else error, failure.stage if failure else "flow", run_id if name_run else None, rerun)
+
+
 def finetune_summary(
     cfg: PipelineConfig, progress: bool, resume: str | None = None, rerun: list[str] | None = None
 ) -> dict[str, Any]:
@@ -88,14 +104,7 @@ def finetune_summary(
     except Exception as err:  # the orchestrator itself (e.g. Prefect's API did not start)
         fail(failures.describe(err), "orchestration", resume if resume and resume != "last" else None, rerun)
         raise  # not reached: fail() exits
-    failure, run_id = failures.pop(str(state.state_details.flow_run_id))
-    if not state.is_completed():
-        try:
-            state.result()
-            error = state.message or state.name
-        except BaseException as err:
-            error = failures.describe(err)
-        fail(failure.error if failure else error, failure.stage if failure else "flow", run_id, rerun)
+    fail_unless_completed(state, rerun)
     result = state.result()
     wall = round(time.perf_counter() - start, 2)
     out = result.model_dump()
@@ -177,16 +186,7 @@ def eval_(
     start = time.perf_counter()
     quiet_console_tracebacks()
     state = evaluate_model(params, return_state=True)
-    if not state.is_completed():
-        from tasks import failures
-
-        failure, _ = failures.pop(str(state.state_details.flow_run_id))
-        try:
-            state.result()
-            error = state.message or state.name
-        except BaseException as err:
-            error = failures.describe(err)
-        fail(failure.error if failure else error, failure.stage if failure else "flow", None, [])
+    fail_unless_completed(state, [], name_run=False)
     ref = state.result()
     emit(
         {

@@ -164,12 +164,16 @@ def parse_config(tree: dict[str, Any], model: type[BaseModel] = PipelineConfig) 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> PipelineConfig:
     """Load a YAML preset (or the defaults when path is None) and apply dotted overrides."""
-    tree: dict[str, Any] = {}
-    if path is not None:
-        p = Path(path)
-        if not p.exists():
-            raise ConfigError(f"config file not found: {p}")
-        tree = yaml.safe_load(p.read_text()) or {}
-        if not isinstance(tree, dict):
-            raise ConfigError(f"config file {p} must hold a mapping at the top level")
+    tree = read_yaml_tree(path) if path is not None else {}
     return parse_config(apply_overrides(tree, overrides or []))
+
+
+def read_yaml_tree(path: str | Path, what: str = "config file") -> dict[str, Any]:
+    """A YAML config file as a plain mapping; a missing file or a non-mapping is a ConfigError naming it."""
+    p = Path(path)
+    if not p.exists():
+        raise ConfigError(f"{what} not found: {p}")
+    tree = yaml.safe_load(p.read_text()) or {}
+    if not isinstance(tree, dict):
+        raise ConfigError(f"{what} {p} must hold a mapping at the top level")
+    return tree

@@ -21,7 +21,14 @@ from essaflow import tracking
 from essaflow.artifacts import check_storage, read_eval_report, storage_uri_for
 from essaflow.compare import plots, report
 from essaflow.compare.config import Arm, CompareConfig
-from essaflow.compare.results import ArmResult, accuracy_curve, claims, gate_verdicts, pass_at_k_curve
+from essaflow.compare.results import (
+    ArmResult,
+    accuracy_curve,
+    claims,
+    gate_verdicts,
+    pass_at_k_curve,
+    plain_grpo,
+)
 from essaflow.compare.scaling import compare_projection
 from essaflow.config import PipelineConfig
 from essaflow.projection_runs import RunMetrics
@@ -121,8 +128,8 @@ def _projection_runs(cfg: CompareConfig, arms: list[ArmResult], parent: RunRef) 
     """The first seed's rows of the methods that stand for ESSA and for GRPO (compare.projection)."""
     specs = {m.name: m for m in cfg.methods}
     essa = cfg.projection.essa or next((m.name for m in cfg.methods if m.method == "essa"), None)
-    family = [a.method for a in arms if a.label == "GRPO"] + [m.name for m in cfg.methods if m.method == "fgrpo"]
-    grpo = cfg.projection.grpo or next(iter(family), None)  # plain GRPO first
+    fgrpo = next((m.name for m in cfg.methods if m.method == "fgrpo"), None)
+    grpo = cfg.projection.grpo or plain_grpo(arms) or fgrpo
     out: dict[str, RunMetrics | None] = {"essa": None, "grpo": None}
     for key, name in (("essa", essa), ("grpo", grpo)):
         if name is None:

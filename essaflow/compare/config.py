@@ -20,10 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import Field, field_validator, model_validator
 
-from essaflow.config import PipelineConfig, apply_overrides, apply_values, parse_config
+from essaflow.config import PipelineConfig, apply_overrides, apply_values, parse_config, read_yaml_tree
 from essaflow.config_base import ConfigError, StrictConfig
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
@@ -141,10 +140,4 @@ class CompareConfig(StrictConfig):
 
 def load_compare_config(path: str | Path, overrides: list[str] | None = None) -> CompareConfig:
     """A compare YAML file with dotted overrides (`--set budget_s=30`, `--set task.eval.samples_per_problem=16`)."""
-    p = Path(path)
-    if not p.exists():
-        raise ConfigError(f"compare config not found: {p}")
-    tree = yaml.safe_load(p.read_text()) or {}
-    if not isinstance(tree, dict):
-        raise ConfigError(f"{p} must hold a mapping at the top level")
-    return parse_config(apply_overrides(tree, overrides or []), CompareConfig)
+    return parse_config(apply_overrides(read_yaml_tree(path, "compare config"), overrides or []), CompareConfig)

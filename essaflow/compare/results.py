@@ -169,9 +169,9 @@ class Claim:
     numbers: dict[str, Any] = field(default_factory=dict)
 
 
-def _grpo(methods: dict[str, ArmResult]) -> str | None:
-    plain = [m for m, r in methods.items() if r.label in ("GRPO",)]
-    return plain[0] if plain else None
+def plain_grpo(arms: list[ArmResult]) -> str | None:
+    """The first method run as plain GRPO (fgrpo with gamma 0 and the grpo loss), the claims' reference."""
+    return next((a.method for a in arms if a.label == "GRPO"), None)
 
 
 def claims(arms: list[ArmResult], sft: dict[str, float], n: int) -> list[Claim]:
@@ -179,7 +179,7 @@ def claims(arms: list[ArmResult], sft: dict[str, float], n: int) -> list[Claim]:
     GRPO's? ESSA matches GRPO's pass@1?"""
     first = {m: runs[0] for m, runs in by_method(arms).items()}
     top = f"pass@{max(k for k in HEADLINE_KS if k <= n)}"
-    grpo = _grpo(first)
+    grpo = plain_grpo(arms)
     essa = [m for m, r in first.items() if r.label.startswith("ESSA")]
     focal = [m for m, r in first.items() if r.label.startswith("F-")]
     out: list[Claim] = []
