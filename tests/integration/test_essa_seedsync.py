@@ -105,6 +105,15 @@ def search(population, cfg, splits, dimension: int, generations: int, until=None
     return fitness, strategy.mean, stats
 
 
+def _first_to_claim(marker: str) -> bool:
+    """Create `marker` atomically: True in exactly one process (a check-then-touch let both workers perturb)."""
+    try:
+        os.close(os.open(marker, os.O_CREAT | os.O_EXCL))
+        return True
+    except FileExistsError:
+        return False
+
+
 class PerturbOnce(CandidateScorer):
     """A scorer whose replica's mean moves by a rounding error once, at generation 2 (another CPU's floats)."""
 
@@ -112,8 +121,7 @@ class PerturbOnce(CandidateScorer):
 
     def _sync_replica(self, generation, fitness, state):
         replica = super()._sync_replica(generation, fitness, state)
-        if generation == 2 and not os.path.exists(self.marker):
-            Path(self.marker).touch()
+        if generation == 2 and _first_to_claim(self.marker):  # one worker only, even when both get here at once
             replica.strategy._opt._mean += 1e-12  # cmaes's mean (the tiny config's strategy is cma)
         return replica
 
