@@ -23,11 +23,11 @@ from torch.func import functional_call
 
 from essaflow.config import load_config
 from essaflow.essa.svd_lora import SVDLoRA
-from essaflow.evaluation import evaluate
-from essaflow.models import load_model_with_adapter
-from essaflow.sampling import TransformersGenerator
-from essaflow.tiny_model import answer_only_batch
-from essaflow.warm_start import cached_sft_adapter, prepare_splits
+from essaflow.generation.sampling import TransformersGenerator
+from essaflow.judging.evaluation import evaluate
+from essaflow.model.loading import load_model_with_adapter
+from essaflow.model.tiny import answer_only_batch
+from essaflow.training.warm_start import cached_sft_adapter, prepare_splits
 
 
 def main() -> None:

@@ -23,7 +23,7 @@ import numpy as np
 
 from essaflow.config import load_config
 from essaflow.essa.trainer import train_essa
-from essaflow.warm_start import cached_sft_adapter, evaluate_output, prepare_splits
+from essaflow.training.warm_start import cached_sft_adapter, evaluate_output, prepare_splits
 
 
 def run_one(cfg, splits, sft, before, seed: int) -> dict:

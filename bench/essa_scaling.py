@@ -37,8 +37,8 @@ from essaflow.essa.population import RayPopulation
 from essaflow.essa.strategy import make_strategy
 from essaflow.essa.svd_lora import SVDLoRA
 from essaflow.essa.trainer import generation_seed, scoring_spec
-from essaflow.models import load_model_with_adapter
-from essaflow.warm_start import cached_sft_adapter, prepare_splits
+from essaflow.model.loading import load_model_with_adapter
+from essaflow.training.warm_start import cached_sft_adapter, prepare_splits
 
 
 def measure(spec, cfg, dimension: int, generations: int, workers: int, sync: str) -> dict:

@@ -15,8 +15,8 @@ import torch
 
 from essaflow.config import ModelConfig
 from essaflow.data.synthetic import synthetic_problems
-from essaflow.models import load_base_model, load_tokenizer
-from essaflow.sampling import TransformersGenerator
+from essaflow.generation.sampling import TransformersGenerator
+from essaflow.model.loading import load_base_model, load_tokenizer
 
 
 def main() -> None:

@@ -12,7 +12,7 @@ suite (there is no GPU on CI); the CPU-visible logic of each path is unit-tested
    --workers-per-gpu k): candidates/s against the same pool on CPU, and identical rankings up to bf16 noise.
 4. quantization: a quantised frozen base for ESSA scoring (`model.quantization`, ESSA-v3 sec. 4.4.2: INT8/INT4
    lose < 1 point): held-out greedy accuracy at the SFT point and candidates/s of `CandidateScorer` for bf16, torchao
-   int8 and int4 (the library's path, essaflow.quantization), and, when bitsandbytes is installed, its LLM.int8
+   int8 and int4 (the library's path, essaflow.model.quantization), and, when bitsandbytes is installed, its LLM.int8
    and NF4 bases (`BitsAndBytesConfig`, the QLoRA path) scored the same way for comparison. On --device cpu:
    float32 and int8 only (no int4 kernel, bitsandbytes skipped).
 
@@ -36,10 +36,10 @@ import numpy as np
 import torch
 
 from essaflow.config import PipelineConfig, load_config
-from essaflow.evaluation import evaluate
-from essaflow.models import export_merged, load_model_with_adapter
-from essaflow.sampling import TransformersGenerator, VLLMGenerator
-from essaflow.warm_start import cached_sft_adapter, prepare_splits
+from essaflow.generation.sampling import TransformersGenerator, VLLMGenerator
+from essaflow.judging.evaluation import evaluate
+from essaflow.model.loading import export_merged, load_model_with_adapter
+from essaflow.training.warm_start import cached_sft_adapter, prepare_splits
 
 PARTS = ("vllm", "bf16_grpo", "essa_gpu", "quantization")
 
@@ -156,7 +156,7 @@ def _bnb_scorer(spec, kind: str):
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
     from essaflow.essa.scorer import CandidateScorer
-    from essaflow.models import load_adapter, load_tokenizer, resolve_model_path
+    from essaflow.model.loading import load_adapter, load_tokenizer, resolve_model_path
 
     bnb = (
         BitsAndBytesConfig(load_in_8bit=True, llm_int8_skip_modules=["lm_head"])
@@ -170,7 +170,7 @@ def _bnb_scorer(spec, kind: str):
         )
         return load_adapter(base, adapter_dir).eval(), load_tokenizer(cfg)
 
-    with mock.patch("essaflow.models.load_model_with_adapter", load):
+    with mock.patch("essaflow.model.loading.load_model_with_adapter", load):
         return CandidateScorer(dataclasses.replace(spec, merged=False))  # W0 + B'A' cannot go into a bnb weight
 
 

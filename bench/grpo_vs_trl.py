@@ -24,15 +24,15 @@ from pathlib import Path
 import torch
 
 from essaflow.config import load_config
-from essaflow.evaluation import evaluate
 from essaflow.grpo.trainer import train_grpo
-from essaflow.models import load_adapter, load_base_model, load_tokenizer
-from essaflow.rewards import get_reward
-from essaflow.warm_start import cached_sft_adapter, prepare_splits
+from essaflow.judging.evaluation import evaluate
+from essaflow.judging.rewards import get_reward
+from essaflow.model.loading import load_adapter, load_base_model, load_tokenizer
+from essaflow.training.warm_start import cached_sft_adapter, prepare_splits
 
 
 def held_out(model, tok, problems, cfg) -> dict[str, float]:
-    from essaflow.sampling import TransformersGenerator
+    from essaflow.generation.sampling import TransformersGenerator
 
     eval_cfg = cfg.eval.model_copy(update={"samples_per_problem": 8, "ks": [1, 8]})
     rep = evaluate(TransformersGenerator(model.eval(), tok, cfg.sampling.batch_size), problems, eval_cfg, cfg.sampling)

@@ -1,6 +1,6 @@
 """Measure the SFT start of a task setting: greedy and pass@k at n samples per problem, with timings.
 
-    .venv/bin/python bench/hard_task.py -c configs/tiny.yaml --set data.synthetic.max_digits=4 sft.steps=200
+.venv/bin/python bench/hard_task.py -c configs/tiny.yaml --set data.synthetic.max_digits=4 sft.steps=200
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import os
 import time
 
 from essaflow.config import load_config
-from essaflow.warm_start import cached_sft_adapter, evaluate_output, prepare_splits
+from essaflow.training.warm_start import cached_sft_adapter, evaluate_output, prepare_splits
 
 
 def main() -> None:

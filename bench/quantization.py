@@ -36,10 +36,10 @@ from essaflow.config import PipelineConfig, load_config
 from essaflow.essa.minibatch import MinibatchSampler
 from essaflow.essa.scorer import CandidateScorer
 from essaflow.essa.trainer import scoring_spec
-from essaflow.evaluation import greedy_accuracy
-from essaflow.quantization import check_supported, is_quantized
-from essaflow.tiny_model import build_char_tokenizer, cache_root
-from essaflow.warm_start import cached_sft_adapter, prepare_splits
+from essaflow.judging.evaluation import greedy_accuracy
+from essaflow.model.quantization import check_supported, is_quantized
+from essaflow.model.tiny import build_char_tokenizer, cache_root
+from essaflow.training.warm_start import cached_sft_adapter, prepare_splits
 
 ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -48,7 +48,7 @@ def large_model(cfg: PipelineConfig, layers: int, width: int) -> tuple[PipelineC
     """A random Llama (layers x width) and a random non-zero LoRA adapter, saved once under the cache."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from essaflow.models import attach_lora, load_base_model, save_adapter
+    from essaflow.model.loading import attach_lora, load_base_model, save_adapter
 
     root = cache_root() / "bench" / f"quant-llama-{layers}x{width}"
     base = root / "base"

@@ -45,7 +45,7 @@ def check_config(
             raise typer.Exit(2)
     if cluster:
         from essaflow.cluster import ClusterCapacityError, describe_cluster
-        from essaflow.training_cluster import check_training_fits, joins_existing_cluster
+        from essaflow.cluster.preflight import check_training_fits, joins_existing_cluster
 
         if not joins_existing_cluster(cfg):
             typer.echo("no cluster to check: neither ray_address nor RAY_ADDRESS is set (a local Ray starts)", err=True)

@@ -15,13 +15,13 @@ from essaflow.config import PipelineConfig
 
 def _training_job(cfg: PipelineConfig) -> None:
     """The job's JSON line, or on failure its error as the JSON line (traceback in the log with --verbose)."""
-    from essaflow.job import run_training_job
     from essaflow.secrets import scrub
+    from essaflow.training.job import run_training_job
 
     try:
         out = run_training_job(cfg)
     except Exception as err:
-        logging.getLogger("essaflow.job").info("job failed", exc_info=True)
+        logging.getLogger("essaflow.training.job").info("job failed", exc_info=True)
         fail(scrub(f"{type(err).__name__}: {err}"), f"{cfg.method} job", None, [])
     emit(out)
 
@@ -40,7 +40,7 @@ def grpo(config: ConfigOpt = None, set_: SetOpt = None, verbose: bool = False) -
 
 def build_tiny(out: Annotated[Path | None, typer.Option(help="target directory")] = None) -> None:
     """(Re)build the embedded tiny base model."""
-    from essaflow.tiny_model import SHIPPED, build_tiny_base
+    from essaflow.model.tiny import SHIPPED, build_tiny_base
 
     start = time.perf_counter()
     path = build_tiny_base(out or SHIPPED)

@@ -3,10 +3,10 @@
 Where each section is defined (and documented, field by field):
 
     data      essaflow/data/config.py       DataConfig, SyntheticTaskConfig
-    model     essaflow/models.py            ModelConfig
-    sampling  essaflow/sampling.py          SamplingConfig
-    eval      essaflow/evaluation.py        EvalConfig
-    sft       essaflow/sft.py               SFTConfig
+    model     essaflow/model/loading.py            ModelConfig
+    sampling  essaflow/generation/sampling.py          SamplingConfig
+    eval      essaflow/judging/evaluation.py        EvalConfig
+    sft       essaflow/training/sft.py               SFTConfig
     essa      essaflow/essa/config.py       ESSAConfig (workers: essaflow/cluster/config.py)
     grpo      essaflow/grpo/config.py       GRPOConfig (workers: essaflow/cluster/config.py)
 
@@ -29,12 +29,12 @@ from essaflow.cluster.config import ESSAWorkersConfig, GRPOWorkersConfig, RayWor
 from essaflow.config_base import ConfigError, StrictConfig, changed_trajectory, trajectory_values
 from essaflow.data.config import DataConfig, SyntheticTaskConfig
 from essaflow.essa.config import ESSAConfig
-from essaflow.evaluation import EvalConfig
+from essaflow.generation.sampling import TINY_MAX_NEW_TOKENS, SamplingConfig
 from essaflow.grpo.config import GRPOConfig
-from essaflow.models import BUILTIN_TINY, ModelConfig
-from essaflow.rewards import resolve_reward
-from essaflow.sampling import TINY_MAX_NEW_TOKENS, SamplingConfig
-from essaflow.sft import SFTConfig
+from essaflow.judging.evaluation import EvalConfig
+from essaflow.judging.rewards import resolve_reward
+from essaflow.model.loading import BUILTIN_TINY, ModelConfig
+from essaflow.training.config import SFTConfig
 
 __all__ = [
     "ConfigError", "DataConfig", "ESSAConfig", "ESSAWorkersConfig", "EvalConfig", "GRPOConfig", "GRPOWorkersConfig",

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from essaflow.config import PipelineConfig
 from essaflow.data import DataError, read_problems
-from essaflow.hub import is_hub_id
+from essaflow.storage.hub import is_hub_id
 
 
 @dataclass
@@ -46,7 +46,7 @@ def _has_chat_template(checkpoint: Path) -> bool:
 
 def _check_chat_template(cfg: PipelineConfig, report: InputReport) -> None:
     """data.chat_template=always needs a tokenizer with a template: say so now, not at the first prompt."""
-    from essaflow.models import BUILTIN_TINY
+    from essaflow.model.loading import BUILTIN_TINY
 
     if cfg.data.chat_template != "always":
         return
@@ -71,7 +71,7 @@ def _check_s3(uri: str, field_name: str, report: InputReport) -> None:
 
 
 def _check_model(name: str, report: InputReport) -> None:
-    from essaflow.models import BUILTIN_TINY
+    from essaflow.model.loading import BUILTIN_TINY
 
     where = "model.name_or_path"
     if name == BUILTIN_TINY:

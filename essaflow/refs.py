@@ -92,7 +92,7 @@ class AdapterRef(Ref):
     bytes_per_update: float = 0.0
     """Bytes crossing process boundaries per generation/step (ESSA: seeds and fitness; GRPO: the all-reduce)."""
     usage: dict[str, float] = {}
-    """What training spent: generated_tokens, forward_tokens, backward_tokens, device_s (essaflow/usage.py)."""
+    """What training spent: generated_tokens, forward_tokens, backward_tokens, device_s (essaflow/training/usage.py)."""
     metrics_uri: str = ""
     """The trainer's rows, one per generation/step (JSON lines), in storage."""
 

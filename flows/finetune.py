@@ -15,7 +15,7 @@ from flows.parameters import ESSAPipelineConfig, FGRPOPipelineConfig
 from tasks.data import prepare_dataset
 from tasks.evaluation import evaluate
 from tasks.model import build_base_model
-from tasks.registry import register
+from tasks.register import register
 from tasks.run import close_run, mark_failed, open_run
 from tasks.training import train, warm_start
 

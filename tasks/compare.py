@@ -31,10 +31,10 @@ from essaflow.compare.results import (
 )
 from essaflow.compare.scaling import compare_projection
 from essaflow.config import PipelineConfig
-from essaflow.projection_runs import RunMetrics
+from essaflow.projection.runs import RunMetrics
 from essaflow.refs import AdapterRef, EvalRef, RunRef
 from essaflow.storage import open_store
-from essaflow.training import method_tags
+from essaflow.training.run import method_tags
 from tasks import failures
 from tasks.run import tracked
 
@@ -141,7 +141,7 @@ def _projection_runs(cfg: CompareConfig, arms: list[ArmResult], parent: RunRef) 
 
 
 def _unrecorded_settings(c: PipelineConfig) -> dict[str, int]:
-    """What the latency model needs that the rows do not record (essaflow/projection_runs.py)."""
+    """What the latency model needs that the rows do not record (essaflow/projection/runs.py)."""
     if c.method == "essa":
         return {"workers": c.essa.workers.count, "population": c.essa.population, "minibatch": c.essa.minibatch}
     return {"workers": c.grpo.workers.count, "mini_batches": c.grpo.mini_batches}

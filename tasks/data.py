@@ -16,7 +16,7 @@ from essaflow.data.fingerprint import READER_VERSION
 from essaflow.refs import DatasetRef
 from essaflow.storage import MANIFEST, StorageError, open_store
 from essaflow.timing import Timer
-from essaflow.warm_start import prepare_splits
+from essaflow.training.warm_start import prepare_splits
 from tasks.retry import retry_policy
 from tasks.run import record_stage
 

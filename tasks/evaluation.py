@@ -11,11 +11,11 @@ from prefect.artifacts import create_table_artifact
 from essaflow import tracking
 from essaflow.artifacts import fetch_dir, publish_eval, read_dataset
 from essaflow.config import EvalConfig, ModelConfig, PipelineConfig, SamplingConfig
-from essaflow.prompt_format import PromptFormat
+from essaflow.generation.prompt_format import PromptFormat
 from essaflow.refs import AdapterRef, DatasetRef, EvalRef, RunRef
 from essaflow.storage import open_store
 from essaflow.timing import Timer
-from essaflow.warm_start import evaluate_adapter, evaluate_output
+from essaflow.training.warm_start import evaluate_adapter, evaluate_output
 from tasks.retry import retry_policy
 from tasks.run import record_stage, tracked
 

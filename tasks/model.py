@@ -8,7 +8,7 @@ from pathlib import Path
 from prefect import get_run_logger, task
 
 from essaflow.config import ModelConfig
-from essaflow.models import resolve_model_path
+from essaflow.model.loading import resolve_model_path
 from essaflow.refs import ModelRef
 from essaflow.timing import Timer
 from tasks.retry import retry_policy

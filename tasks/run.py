@@ -15,13 +15,13 @@ from prefect.runtime import flow_run
 
 from essaflow import tracking
 from essaflow.artifacts import check_storage, storage_uri_for
+from essaflow.cluster.preflight import check_training_fits
 from essaflow.config import PipelineConfig
 from essaflow.refs import AdapterRef, DatasetRef, EvalRef, ModelRef, PipelineResult, RegisteredRef, RunRef
-from essaflow.resume import record_run, resolve_run_id
 from essaflow.storage import open_store
 from essaflow.timing import Timer
-from essaflow.training import method_tags
-from essaflow.training_cluster import check_training_fits
+from essaflow.training.resume import record_run, resolve_run_id
+from essaflow.training.run import method_tags
 from tasks import failures
 from tasks.progress import notify
 
@@ -221,8 +221,18 @@ def close_run(
         dataset_uri=dataset.uri,
         adapter_uri=adapter.uri,
         training=adapter.model_dump(
-            include={"kind", "method_label", "fitness_kind", "steps", "resumed_from", "work_by_node", "worker_failures",
-                     "wall_s", "bytes_per_update", "usage"}  # fmt: skip
+            include={
+                "kind",
+                "method_label",
+                "fitness_kind",
+                "steps",
+                "resumed_from",
+                "work_by_node",
+                "worker_failures",
+                "wall_s",
+                "bytes_per_update",
+                "usage",
+            }  # fmt: skip
         ),
         stages=walls,
         cached=sorted(cached),

@@ -1,6 +1,6 @@
 """The SFT warm start and the training stage (ESSA or F-GRPO), with checkpoints synced to storage.
 
-The training itself is `essaflow.training.train`, the same function the CLI jobs call: a retried `train` starts in
+The training itself is `essaflow.training.run.train`, the same function the CLI jobs call: a retried `train` starts in
 a fresh directory and resumes from the newest checkpoint this run stored (the retry may run on another machine).
 This task adds the Prefect side: progress artifact, MLflow metrics, timings.
 """
@@ -16,17 +16,18 @@ from typing import Any
 
 from prefect import get_run_logger, task
 
-from essaflow import tracking, training
+from essaflow import tracking
 from essaflow.artifacts import fetch_dir, local_digest, manifest_digest, publish_dir, read_dataset
 from essaflow.config import PipelineConfig
+from essaflow.model.tiny import cache_root
 from essaflow.refs import AdapterRef, DatasetRef, RunRef
-from essaflow.results import TrainCallbacks
 from essaflow.storage import StorageError, open_store
 from essaflow.timing import Timer
-from essaflow.tiny_model import cache_root
-from essaflow.tracking_buffer import BufferedStepMetrics
-from essaflow.training import RunStorage, method_tags
-from essaflow.warm_start import cached_sft_adapter, sft_key
+from essaflow.tracking.buffer import BufferedStepMetrics
+from essaflow.training import run as training
+from essaflow.training.contract import TrainCallbacks
+from essaflow.training.run import RunStorage, method_tags
+from essaflow.training.warm_start import cached_sft_adapter, sft_key
 from tasks.progress import StageProgress
 from tasks.retry import retry_policy
 from tasks.run import record_stage, tracked
@@ -90,7 +91,7 @@ PROGRESS_KEYS = ("fitness_mean", "tie_share", "sigma", "reward_mean", "zero_vari
     on_completion=[record_stage],
 )
 def train(config: PipelineConfig, dataset: DatasetRef, sft: AdapterRef, run: RunRef) -> AdapterRef:
-    """ESSA or F-GRPO from the SFT adapter (essaflow.training.train); checkpoints go to storage as written."""
+    """ESSA or F-GRPO from the SFT adapter (essaflow.training.run.train); checkpoints go to storage as written."""
     timer = Timer()
     store = open_store(run.storage_uri)
     with timer.part("storage"):

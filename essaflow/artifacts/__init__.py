@@ -25,8 +25,8 @@ from essaflow.artifacts.datasets import SPLITS, dataset_name, publish_dataset, r
 from essaflow.artifacts.dirs import fetch_dir, publish_dir
 from essaflow.artifacts.eval_reports import publish_eval, read_eval_report
 from essaflow.artifacts.store import check_storage, storage_uri_for
-from essaflow.digest import config_hash
-from essaflow.manifest import local_digest, manifest_digest
+from essaflow.storage.digest import config_hash
+from essaflow.storage.manifest import local_digest, manifest_digest
 
 __all__ = [
     "CHECKPOINT_DATA",

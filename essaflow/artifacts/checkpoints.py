@@ -7,9 +7,9 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from essaflow.atomic_dir import install_dir
 from essaflow.refs import RunRef
 from essaflow.storage import MANIFEST, ArtifactStore
+from essaflow.storage.atomic_dir import install_dir
 
 CHECKPOINT_DATA = "data"  # runs/<run_id>/checkpoints/<step>/data/ holds the trainer's own files
 

@@ -10,9 +10,9 @@ from pathlib import Path
 from essaflow.artifacts.dirs import fetch_dir
 from essaflow.config import DataConfig
 from essaflow.data import Problem, Splits
-from essaflow.digest import config_hash
 from essaflow.refs import DatasetRef
 from essaflow.storage import ArtifactStore, StorageError
+from essaflow.storage.digest import config_hash
 
 SPLITS = ("sft", "train", "eval")
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from essaflow.atomic_dir import committed_manifest
-from essaflow.manifest import manifest_digest
+from essaflow.model.tiny import cache_root
 from essaflow.storage import ArtifactStore, open_store
-from essaflow.tiny_model import cache_root
+from essaflow.storage.atomic_dir import committed_manifest
+from essaflow.storage.manifest import manifest_digest
 
 
 def publish_dir(store: ArtifactStore, prefix: str, local_dir: Path, overwrite: bool = False) -> tuple[str, str]:

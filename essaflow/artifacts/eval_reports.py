@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 
 from essaflow.artifacts.dirs import fetch_dir
-from essaflow.evaluation import EvalReport, plot_pass_at_k
+from essaflow.judging.evaluation import EvalReport, plot_pass_at_k
 from essaflow.refs import EvalRef, RunRef
 from essaflow.storage import ArtifactStore
 

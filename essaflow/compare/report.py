@@ -126,8 +126,10 @@ def render(
 def _run_line(run: dict[str, Any]) -> str:
     if "gap" in run and "speedup_16" not in run:
         return f"not projected ({run['gap']})."
+
     def fmt(v: Any) -> str:
         return "n/a" if v is None else f"{v}x"
+
     return (
         f"time-to-accuracy speed-up {fmt(run.get('speedup_16'))} at 16 GPUs, {fmt(run.get('speedup_128'))} at 128; "
         f"per iteration {fmt(run.get('iteration_speedup_16'))} and {fmt(run.get('iteration_speedup_128'))}."

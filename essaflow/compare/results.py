@@ -18,7 +18,7 @@ HEADLINE_KS = (1, 4, 16, 64, 256)
 
 
 def pass_at_k_curve(correct_counts: list[int], n: int) -> list[float]:
-    """Mean unbiased pass@k over problems for k = 1..n (Chen et al. 2021; essaflow.evaluation.pass_at_k), at once
+    """Mean unbiased pass@k over problems for k = 1..n (Chen et al. 2021; judging.evaluation.pass_at_k), at once
     for every k: pass@k = 1 - prod_{i=n-c+1}^{n} (1 - k / i), one vector product per distinct count c."""
     ks = np.arange(1, n + 1, dtype=np.float64)
     total = np.zeros(n)
@@ -207,7 +207,7 @@ def claims(arms: list[ArmResult], sft: dict[str, float], n: int) -> list[Claim]:
 
 
 def gate_verdicts(arms: list[ArmResult], sft: dict[str, float], metric: str) -> dict[str, str]:
-    """The promotion gate's verdict per method against the SFT start (the registry's rule, essaflow/tracking.py
+    """The promotion gate's verdict per method against the SFT start (the registry's rule, essaflow/tracking/runs.py
     `promote`: a version is champion only if it beats the current one on `metric`), seed by seed."""
     out = {}
     for method, runs in by_method(arms).items():

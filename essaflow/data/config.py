@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from essaflow.config_base import StrictConfig, trajectory
-from essaflow.prompt_format import PromptFormat
+from essaflow.generation.prompt_format import PromptFormat
 
 #: Our fields data.columns may map to a source column (solution: a worked solution, where the schema has one).
 MAPPABLE = ("id", "prompt", "answer", "solution")
@@ -55,7 +55,7 @@ class DataConfig(StrictConfig):
     chat_template: Literal["auto", "always", "never"] = trajectory("auto")
     """Wrap prompts in the tokenizer's chat template wherever they meet the model (SFT, ESSA scoring, GRPO
     rollouts, evaluation, the registered model): auto = when the tokenizer has one (instruct checkpoints),
-    always = the tokenizer's or an error, never = the text as is (essaflow/prompt_format.py)."""
+    always = the tokenizer's or an error, never = the text as is (essaflow/generation/prompt_format.py)."""
     system_prompt: str | None = trajectory(None)
     """System message before every user turn (e.g. "Reason step by step and put the final answer after
     '####'."); without a chat template it is prepended as a paragraph. None: the template's own default."""
@@ -96,6 +96,7 @@ class DataConfig(StrictConfig):
         if self.source != "synthetic" and not self.path:
             raise ValueError(f"data.path is required for data.source={self.source!r}")
         return self
+
     def prompt_format(self) -> PromptFormat:
         """How prompts are wrapped for the model: the one value SFT, scoring, rollouts and evaluation share."""
         return PromptFormat(chat_template=self.chat_template, system_prompt=self.system_prompt)

@@ -3,7 +3,7 @@
 The key used to be the config alone (the path), so a data file changed in place was a cache hit serving the old
 dataset. Now changed bytes are a new key, always; unchanged bytes hit the cache as before:
 
-- file, or a local HF dataset directory: the SHA-256 of the bytes (essaflow.content_digest: remembered per file
+- file, or a local HF dataset directory: the SHA-256 of the bytes (essaflow.storage.content_digest: remembered per file
   stat, so an unchanged file costs a stat);
 - s3://: the object's ETag and size (one listing, nothing downloaded);
 - a hub dataset: the commit data.hf_revision resolves to (a repo at a commit is immutable);
@@ -15,9 +15,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from essaflow.content_digest import path_digest
 from essaflow.data.config import DataConfig
-from essaflow.digest import sha256_bytes
+from essaflow.storage.content_digest import path_digest
+from essaflow.storage.digest import sha256_bytes
 
 #: How records are read and validated; bump it when that changes what a source yields (2: answers as written).
 READER_VERSION = 2
@@ -33,7 +33,7 @@ def source_fingerprint(cfg: DataConfig) -> str:
     local = Path(cfg.path).expanduser()
     if cfg.source == "file" or local.exists():
         return path_digest(local) if local.exists() else "absent"
-    from essaflow.hub import hub_commit
+    from essaflow.storage.hub import hub_commit
 
     return hub_commit(cfg.path, cfg.hf_revision, repo_type="dataset", field="data.path")
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
+from essaflow.data.answers import after_hashes, last_boxed
 from essaflow.data.config import DataConfig
 from essaflow.data.errors import BadRowsError, DataFileError
 from essaflow.data.readers import Number, Table
 from essaflow.data.schema import Problem
-from essaflow.rewards import after_hashes, last_boxed
 
 ADAPTER_COLUMNS = {
     # GSM8K: question / answer (worked solution ending in '#### 42')

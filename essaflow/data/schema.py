@@ -34,4 +34,3 @@ class Problem(BaseModel):
         # the solution counts only when present, so problems without one keep their hash (and their split)
         blob = json.dumps(fields if self.solution is None else [*fields, self.solution], ensure_ascii=False)
         return hashlib.sha256(blob.encode()).hexdigest()
-

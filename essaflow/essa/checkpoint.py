@@ -3,10 +3,10 @@
 Layout of one checkpoint, `<checkpoint_dir>/<generation, 8 digits>/`:
 
     <part>.json, <part>.npz   one pair per saved part (strategy, sampler, trainer), arrays loaded allow_pickle=False
-    manifest.json             written last (essaflow.manifest): sha256 + size of every other file, and
+    manifest.json             written last (essaflow.storage.manifest): sha256 + size of every other file, and
                               format, generation, parts
 
-The directory is written by `essaflow.atomic_dir`: assembled under a hidden temporary name, fsynced and swapped
+The directory is written by `essaflow.storage.atomic_dir`: assembled under a hidden temporary name, fsynced and swapped
 into place, an existing copy of the same generation kept until the new one is in. A checkpoint counts only if its
 manifest exists and every checksum matches (ARCHITECTURE.md "Storage layout": nothing read back executes code).
 Checkpoints of the previous format (1: a flat {file: sha256} table) are still read.
@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from essaflow.atomic_dir import atomic_dir, committed_manifest, recover_children
-from essaflow.digest import sha256_file
-from essaflow.manifest import MANIFEST
+from essaflow.storage.atomic_dir import atomic_dir, committed_manifest, recover_children
+from essaflow.storage.digest import sha256_file
+from essaflow.storage.manifest import MANIFEST
 
 FORMAT = 2
 LEGACY_FORMAT = 1  # manifest {"format": 1, "generation", "parts", "sha256": {file: hex}}

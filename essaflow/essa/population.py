@@ -47,7 +47,7 @@ import numpy as np
 from essaflow import cluster
 from essaflow.essa.replica import ReplicaTracker, decode_fitness
 from essaflow.essa.scorer import CandidateScorer, ScoringSpec, payload_bytes
-from essaflow.usage import Usage
+from essaflow.training.usage import Usage
 
 log = logging.getLogger(__name__)
 

@@ -33,9 +33,9 @@ import torch
 
 from essaflow import cluster
 from essaflow.essa.replica import ReplicaState, Reply, StrategyReplica, encode_fitness
-from essaflow.models import ModelConfig
-from essaflow.prompt_format import PromptFormat, prompt_ids, target_ids
-from essaflow.usage import Usage, device_time
+from essaflow.generation.prompt_format import PromptFormat, prompt_ids, target_ids
+from essaflow.model.loading import ModelConfig
+from essaflow.training.usage import Usage, device_time
 
 log = logging.getLogger(__name__)
 
@@ -81,9 +81,9 @@ class CandidateScorer:
 
     def __init__(self, spec: ScoringSpec):
         from essaflow.essa.svd_lora import SVDLoRA
-        from essaflow.models import load_model_with_adapter
-        from essaflow.rewards import get_reward
-        from essaflow.sampling import TransformersGenerator
+        from essaflow.generation.sampling import TransformersGenerator
+        from essaflow.judging.rewards import get_reward
+        from essaflow.model.loading import load_model_with_adapter
 
         self.spec = spec
         adapter_dir = spec.adapter_dir

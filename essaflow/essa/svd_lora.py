@@ -27,8 +27,8 @@ from peft import PeftModel
 from peft.tuners.lora import LoraLayer
 from transformers import PreTrainedTokenizerBase
 
-from essaflow.atomic_dir import atomic_dir
-from essaflow.models import stable_adapter_config
+from essaflow.model.loading import stable_adapter_config
+from essaflow.storage.atomic_dir import atomic_dir
 
 
 def trainable_per_factor(alpha: float, rank: int) -> int:
@@ -162,7 +162,7 @@ class SVDLoRA:
 
         It loads with plain `PeftModel.from_pretrained`; `essa_offsets.npy` and `essa.json` beside it record the
         search point for provenance only. The model is left holding the offsets it held before the call. Written
-        with `essaflow.atomic_dir` (manifest last, swapped in whole; an existing out_dir is replaced only then).
+        with `essaflow.storage.atomic_dir` (manifest last, swapped in whole; an existing out_dir is replaced only then).
         """
         out = Path(out_dir)
         previous = self._current

@@ -35,11 +35,11 @@ from essaflow.essa.population import GenerationStats, LocalPopulation, RayPopula
 from essaflow.essa.scorer import ScoringSpec
 from essaflow.essa.strategy import make_strategy
 from essaflow.essa.svd_lora import SVDLoRA
-from essaflow.evaluation import greedy_accuracy
-from essaflow.models import load_model_with_adapter
-from essaflow.results import TrainCallbacks, TrainResult
-from essaflow.sampling import TransformersGenerator
-from essaflow.usage import Usage
+from essaflow.generation.sampling import TransformersGenerator
+from essaflow.judging.evaluation import greedy_accuracy
+from essaflow.model.loading import load_model_with_adapter
+from essaflow.training.contract import TrainCallbacks, TrainResult
+from essaflow.training.usage import Usage
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +122,7 @@ class GenerationMetrics:
     generated_tokens: int | None = None
     forward_tokens: int | None = None
     device_s: float | None = None
-    """Device-seconds of scoring summed over workers (CPU time on CPU, wall time on a GPU; essaflow/usage.py)."""
+    """Device-seconds of scoring summed over workers (CPU time on CPU, wall time on a GPU; training/usage.py)."""
     device_s_per_worker: list[float] | None = None
     nodes_active: int | None = None
     per_worker: list[int] | None = None

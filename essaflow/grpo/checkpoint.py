@@ -7,10 +7,10 @@ Layout of `checkpoint_dir/<step>/` (step = rollout steps completed):
     scheduler.pt              LR scheduler state_dict   (same)
     rng_rank<r>.pt            python / torch / cuda RNG states of every worker (same)
     trainer_state.json        step, world size, metrics so far
-    manifest.json             sha256 + size of every file above, written LAST (essaflow.manifest)
+    manifest.json             sha256 + size of every file above, written LAST (essaflow.storage.manifest)
 
 Every worker writes into `checkpoint_dir/.tmp-<step>/` (a name all ranks know); rank 0 commits it with
-`essaflow.atomic_dir` (manifest last, fsync, swap in, an existing copy of that step kept until the new one is in),
+`storage.atomic_dir` (manifest last, fsync, swap in, an existing copy of that step kept until the new one is in),
 so a checkpoint either exists completely or not at all; `latest_checkpoint` also re-verifies the manifest (it
 protects copies made without a rename, e.g. uploads). Checkpoints written before this format, with the same table
 in `checkpoint_manifest.json`, are still found. Nothing read back executes code: safetensors, JSON, and
@@ -28,8 +28,8 @@ from typing import Any
 
 import torch
 
-from essaflow.atomic_dir import commit_dir, committed_manifest, recover_children, remove_dir
-from essaflow.manifest import MANIFEST, verify_manifest
+from essaflow.storage.atomic_dir import commit_dir, committed_manifest, recover_children, remove_dir
+from essaflow.storage.manifest import MANIFEST, verify_manifest
 
 LEGACY_MANIFEST = "checkpoint_manifest.json"  # same table, older name
 KEEP_LAST = 3  # older complete checkpoints are pruned after a new one is committed

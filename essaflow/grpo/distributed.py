@@ -25,14 +25,14 @@ from pathlib import Path
 from typing import Any
 
 from essaflow import cluster
+from essaflow.cluster.preflight import check_fits, grpo_request
 from essaflow.config import PipelineConfig
 from essaflow.data import Splits
 from essaflow.data.schema import Problem
 from essaflow.grpo.advantages import ADVANTAGES
+from essaflow.grpo.loop import Emit, RankStarted, WorkerEvent, WorkerInfo, run_worker
 from essaflow.grpo.losses import LOSSES
-from essaflow.grpo.worker import Emit, RankStarted, WorkerEvent, WorkerInfo, run_worker
-from essaflow.rewards import REWARDS
-from essaflow.training_cluster import check_fits, grpo_request
+from essaflow.judging.rewards import REWARDS
 
 
 def _problems_payload(problems: list[Problem]) -> list[dict]:

@@ -24,11 +24,11 @@ import torch
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, PreTrainedModel
 
 from essaflow.data.schema import Problem
+from essaflow.generation.prompt_format import PromptFormat
+from essaflow.generation.sampling import Rollout, encode_prompts, is_stop, model_stop_ids, to_rollout
 from essaflow.grpo.advantages import group_advantages
 from essaflow.grpo.config import GRPOConfig
-from essaflow.prompt_format import PromptFormat
-from essaflow.rewards import get_reward
-from essaflow.sampling import Rollout, encode_prompts, is_stop, model_stop_ids, to_rollout
+from essaflow.judging.rewards import get_reward
 
 _M32 = 0xFFFFFFFF
 

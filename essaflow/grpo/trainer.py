@@ -26,8 +26,8 @@ from pathlib import Path
 
 from essaflow.config import PipelineConfig
 from essaflow.data import Splits
-from essaflow.devices import resolve_device
-from essaflow.grpo.worker import (
+from essaflow.generation.sampling import warn_if_truncated
+from essaflow.grpo.loop import (
     CheckpointWritten,
     Finished,
     RankStarted,
@@ -38,9 +38,9 @@ from essaflow.grpo.worker import (
     output_name,
     run_worker,
 )
-from essaflow.results import TrainCallbacks, TrainResult
-from essaflow.sampling import warn_if_truncated
-from essaflow.usage import Usage
+from essaflow.model.devices import resolve_device
+from essaflow.training.contract import TrainCallbacks, TrainResult
+from essaflow.training.usage import Usage
 
 log = logging.getLogger(__name__)
 

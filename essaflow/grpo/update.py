@@ -69,7 +69,7 @@ class StepSums:
     backward_tokens: float = 0.0
     """Tokens through forward + backward: every sequence once over the step's mini-batches."""
     device_s: float = 0.0
-    """Process CPU-seconds of the step (wall seconds on a GPU), summed over ranks (essaflow/usage.py)."""
+    """Process CPU-seconds of the step (wall seconds on a GPU), summed over ranks (essaflow/training/usage.py)."""
     wall_s: float = 0.0
     """Wall seconds of the step up to the metrics' all-reduce, summed over ranks."""
     ranks: float = 1.0
@@ -123,7 +123,7 @@ class StepMetrics:
     forward_tokens: int = 0
     backward_tokens: int = 0
     device_s: float = 0.0
-    """Device-seconds of the step over all ranks: CPU time on CPU, wall time on a GPU (essaflow/usage.py)."""
+    """Device-seconds of the step over all ranks: CPU time on CPU, wall time on a GPU (essaflow/training/usage.py)."""
     wall_s_mean: float = 0.0
     """The step's wall seconds, mean over ranks: the clock grpo.time_budget_s counts, the same on every rank."""
     grad_norm: float = 0.0

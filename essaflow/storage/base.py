@@ -11,9 +11,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
 
-from essaflow.atomic_dir import commit_dir, remove_dir, staging_dir
-from essaflow.digest import sha256_file
-from essaflow.manifest import MANIFEST, read_manifest
+from essaflow.storage.atomic_dir import commit_dir, remove_dir, staging_dir
+from essaflow.storage.digest import sha256_file
+from essaflow.storage.manifest import MANIFEST, read_manifest
 
 log = logging.getLogger(__name__)
 
@@ -212,7 +212,7 @@ class ArtifactStore(ABC):
         Idempotent: if the same files (same paths and SHA-256) are already committed there, nothing is uploaded
         and the existing manifest is returned. A *different* committed artifact is a ``conflict`` StorageError
         unless ``overwrite=True`` (which first removes the old manifest, so the old artifact stops being visible
-        before any of its files change). A local directory written by ``essaflow.atomic_dir`` carries its own
+        before any of its files change). A local directory written by ``essaflow.storage.atomic_dir`` carries its own
         manifest (the same format): it is checked against the files and not uploaded as a data file.
         """
         prefix = _clean_key(prefix, allow_empty=True)
@@ -259,7 +259,7 @@ class ArtifactStore(ABC):
         """Download the artifact at ``prefix`` into ``local_dir``, verifying every SHA-256 and size.
 
         Requires the manifest. Files go to a temp directory beside ``local_dir`` that gets the manifest last and is
-        swapped into place (``essaflow.atomic_dir``) only after every file checked out, so ``local_dir`` is either
+        swapped into place (``storage.atomic_dir``) only after every file checked out, so ``local_dir`` is either
         the complete verified artifact (with its manifest.json) or what it was before.
         """
         prefix = _clean_key(prefix, allow_empty=True)

@@ -15,8 +15,6 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from essaflow.digest import CHUNK as _CHUNK
-from essaflow.digest import sha256_bytes, sha256_file
 from essaflow.secrets import safe_uri
 from essaflow.storage.base import (
     MANIFEST,
@@ -26,6 +24,8 @@ from essaflow.storage.base import (
     _clean_key,
     _join,
 )
+from essaflow.storage.digest import CHUNK as _CHUNK
+from essaflow.storage.digest import sha256_bytes, sha256_file
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from essaflow.config import load_config
 from essaflow.essa.population import LocalPopulation, RayPopulation
 from essaflow.essa.scorer import CandidateScorer
 from essaflow.essa.trainer import scoring_spec, train_essa
-from essaflow.warm_start import cached_sft_adapter, prepare_splits
+from essaflow.training.warm_start import cached_sft_adapter, prepare_splits
 from tests.support import essa_tiny
 from tests.support.essa_tiny import make_tiny
 

@@ -9,10 +9,11 @@ import time
 
 import pytest
 
-from essaflow import tracking, training
+from essaflow import tracking
 from essaflow.artifacts import manifest_digest
 from essaflow.config import parse_config
 from essaflow.storage import MANIFEST, open_store
+from essaflow.training import run as training
 from tests.integration.pipeline_support import task_run_states, tiny
 
 pytestmark = pytest.mark.integration

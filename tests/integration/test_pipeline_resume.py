@@ -219,7 +219,7 @@ def test_s3_killed_mid_checkpoint_upload_leaves_nothing_partial_and_a_resumed_ru
 
 def test_a_flow_retry_keeps_the_run_id_resumes_and_logs_each_step_once(stack_in_process, uninterrupted, monkeypatch):
     import flows.finetune as pipeline
-    from essaflow import training
+    from essaflow.training import run as training
 
     clean = uninterrupted.digest
     real, calls = training.load_trainer("essa"), []

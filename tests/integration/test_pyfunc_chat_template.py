@@ -11,8 +11,8 @@ import pytest
 
 from essaflow import tracking
 from essaflow.config import DataConfig, ModelConfig, PipelineConfig, SamplingConfig
-from essaflow.models import attach_lora, load_base_model, load_tokenizer, save_adapter
-from essaflow.sampling import TransformersGenerator
+from essaflow.generation.sampling import TransformersGenerator
+from essaflow.model.loading import attach_lora, load_base_model, load_tokenizer, save_adapter
 
 pytestmark = pytest.mark.integration
 

@@ -22,8 +22,8 @@ def micro_adapter(tmp_path_factory):
     """A 1-layer Llama on the character tokenizer and a fresh LoRA adapter on it (seconds to build)."""
     from transformers import LlamaForCausalLM
 
-    from essaflow.models import attach_lora, save_adapter
-    from essaflow.tiny_model import TinyRecipe, build_char_tokenizer, tiny_config
+    from essaflow.model.loading import attach_lora, save_adapter
+    from essaflow.model.tiny import TinyRecipe, build_char_tokenizer, tiny_config
 
     root = tmp_path_factory.mktemp("micro")
     torch.manual_seed(0)

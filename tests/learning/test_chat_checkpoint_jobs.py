@@ -6,7 +6,7 @@ tests/support/real_checkpoints.py for that."""
 import pytest
 
 from essaflow.config import load_config
-from essaflow.job import run_training_job
+from essaflow.training.job import run_training_job
 from tests.support.real_checkpoints import write_gsm8k_jsonl
 
 pytestmark = pytest.mark.learning

@@ -14,7 +14,7 @@ import pytest
 
 from essaflow.config import EvalConfig, load_config
 from essaflow.grpo.trainer import train_grpo
-from essaflow.warm_start import cached_sft_adapter, evaluate_adapter, prepare_splits
+from essaflow.training.warm_start import cached_sft_adapter, evaluate_adapter, prepare_splits
 
 pytestmark = pytest.mark.learning
 PRESET = Path(__file__).resolve().parents[2] / "configs" / "tiny-fgrpo.yaml"

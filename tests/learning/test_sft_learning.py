@@ -10,7 +10,7 @@ for bit, which the cache relies on, is checked in tests/unit/test_sft_reproducib
 import pytest
 
 from essaflow.config import EvalConfig, PipelineConfig
-from essaflow.warm_start import cached_sft_adapter, evaluate_adapter, prepare_splits
+from essaflow.training.warm_start import cached_sft_adapter, evaluate_adapter, prepare_splits
 
 pytestmark = pytest.mark.learning
 

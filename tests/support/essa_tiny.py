@@ -17,9 +17,9 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from essaflow.config import PipelineConfig, load_config
 from essaflow.data import Splits
-from essaflow.models import attach_lora, load_base_model, load_tokenizer, save_adapter
-from essaflow.tiny_model import build_char_tokenizer
-from essaflow.warm_start import prepare_splits
+from essaflow.model.loading import attach_lora, load_base_model, load_tokenizer, save_adapter
+from essaflow.model.tiny import build_char_tokenizer
+from essaflow.training.warm_start import prepare_splits
 
 ALL_LINEAR = "[q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj]"
 
@@ -32,7 +32,7 @@ def _low_digit(completion: str, reference: str) -> float:
 
 def register_test_reward() -> None:
     """Register `essa_test_low_digit` (idempotent); Ray tests run it in every worker as a setup hook."""
-    from essaflow import rewards  # looked up at call time: in a Ray worker this is that process's registry
+    from essaflow.judging import rewards  # looked up at call time: in a Ray worker this is that process's registry
 
     if "essa_test_low_digit" not in rewards.REWARDS:
         rewards.register_reward("essa_test_low_digit")(_low_digit)

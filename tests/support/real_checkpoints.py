@@ -123,6 +123,7 @@ def llama_tokenizer(seed: int = 0, vocab_size: int = 400) -> PreTrainedTokenizer
 
 def _chat_batch(tok, rows, end_of_turn: str) -> dict[str, torch.Tensor]:
     """Full-sequence LM batch of chat-formatted (question, answer + end_of_turn) conversations."""
+
     def head(question: str) -> str:
         turn = [{"role": "user", "content": question}]
         return tok.apply_chat_template(turn, tokenize=False, add_generation_prompt=True)

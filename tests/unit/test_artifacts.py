@@ -21,7 +21,7 @@ from essaflow.artifacts import (
 )
 from essaflow.config import DataConfig, EvalConfig, PipelineConfig, SamplingConfig
 from essaflow.data import Problem, Splits
-from essaflow.evaluation import EvalReport
+from essaflow.judging.evaluation import EvalReport
 from essaflow.refs import RunRef
 from essaflow.storage import open_store
 from essaflow.timing import Timer

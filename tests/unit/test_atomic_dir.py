@@ -1,4 +1,4 @@
-"""essaflow.atomic_dir / manifest / digest: a crash at any step of a directory swap loses neither copy, the next
+"""essaflow.storage.atomic_dir / manifest / digest: a crash at any step of a directory swap loses neither copy, the next
 reader or writer recovers, fsync covers files, directories and the parent, and a directory whose manifest is
 missing or whose bytes changed is incomplete. Also the writers that use it (checkpoints, caches, storage)."""
 
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from essaflow import atomic_dir as ad
-from essaflow.digest import sha256_bytes, sha256_file, table_digest
-from essaflow.manifest import MANIFEST, local_digest, read_manifest, verify_manifest, write_manifest
+from essaflow.storage import atomic_dir as ad
+from essaflow.storage.digest import sha256_bytes, sha256_file, table_digest
+from essaflow.storage.manifest import MANIFEST, local_digest, read_manifest, verify_manifest, write_manifest
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -124,7 +124,7 @@ def test_fsync_covers_every_file_every_directory_and_the_parent_after_the_rename
 _CRASHER = """
 import os, shutil, sys
 from pathlib import Path
-from essaflow import atomic_dir as ad
+from essaflow.storage import atomic_dir as ad
 
 final, what, nth = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 module, name = {"rename": (os, "rename"), "fsync": (os, "fsync"), "rmtree": (shutil, "rmtree")}[what]

@@ -11,13 +11,13 @@ import torch
 from essaflow.config import EvalConfig, SamplingConfig, load_config
 from essaflow.essa.scorer import CandidateScorer
 from essaflow.essa.trainer import scoring_spec
-from essaflow.evaluation import evaluate
+from essaflow.generation.prompt_format import PromptFormat, prompt_ids
+from essaflow.generation.sampling import TransformersGenerator
 from essaflow.grpo.rollout import collect
-from essaflow.models import attach_lora, load_base_model, load_tokenizer, save_adapter
-from essaflow.prompt_format import PromptFormat, prompt_ids
-from essaflow.sampling import TransformersGenerator
-from essaflow.sft import sft_batch
-from essaflow.warm_start import prepare_splits
+from essaflow.judging.evaluation import evaluate
+from essaflow.model.loading import attach_lora, load_base_model, load_tokenizer, save_adapter
+from essaflow.training.sft import sft_batch
+from essaflow.training.warm_start import prepare_splits
 from tests.support.real_checkpoints import write_gsm8k_jsonl
 
 SYSTEM = "Solve it and write the number after ####."
@@ -70,7 +70,7 @@ def test_evaluation_reports_the_truncated_share_and_warns_above_ten_percent(cfg,
     tok, model = load_tokenizer(cfg.model), load_base_model(cfg.model)
     gen = TransformersGenerator(model, tok, 16, PromptFormat())
     protocol = EvalConfig(samples_per_problem=2, ks=[1, 2], reward="math_verify", max_problems=4)
-    with caplog.at_level(logging.WARNING, logger="essaflow.sampling"):
+    with caplog.at_level(logging.WARNING, logger="essaflow.generation.sampling"):
         roomy = evaluate(gen, splits.eval, protocol, SamplingConfig(max_new_tokens=60, temperature=1.0))
         assert "hit the length cap" not in caplog.text
         cramped = evaluate(gen, splits.eval, protocol, SamplingConfig(max_new_tokens=4, temperature=1.0))

@@ -12,7 +12,7 @@ from essaflow.compare import CompareConfig, load_compare_config, plots, report
 from essaflow.compare.results import ArmResult, accuracy_curve, claims, gate_verdicts, method_table, pass_at_k_curve
 from essaflow.compare.scaling import compare_projection
 from essaflow.config_base import ConfigError
-from essaflow.evaluation import pass_at_k
+from essaflow.judging.evaluation import pass_at_k
 
 REPO = Path(__file__).resolve().parents[2]
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -79,9 +79,11 @@ def test_the_shipped_preset_compares_four_methods_on_three_seeds_with_n_256():
 
 
 def test_accuracy_curve_accumulates_the_budget_clock_and_tokens():
-    essa_rows = [{"generation": 0, "eval_greedy": 0.5},
-                 {"generation": 1, "fitness_mean": 0.1, "wall_s": 2.0, "generated_tokens": 100},
-                 {"generation": 2, "fitness_mean": 0.2, "wall_s": 3.0, "generated_tokens": 50, "eval_greedy": 0.6}]
+    essa_rows = [
+        {"generation": 0, "eval_greedy": 0.5},
+        {"generation": 1, "fitness_mean": 0.1, "wall_s": 2.0, "generated_tokens": 100},
+        {"generation": 2, "fitness_mean": 0.2, "wall_s": 3.0, "generated_tokens": 50, "eval_greedy": 0.6},
+    ]
     grpo_rows = [{"step": 1, "reward_mean": 0.1, "wall_s_mean": 1.5, "gen_tokens": 10, "eval_greedy": 0.55},
                  {"step": 2, "reward_mean": 0.1, "wall_s_mean": 0.5, "gen_tokens": 30, "eval_greedy": 0.7}]  # fmt: skip
     assert accuracy_curve(essa_rows, 0.5) == [

@@ -10,15 +10,14 @@ import time
 
 import pytest
 
-from essaflow import content_digest
 from essaflow.config import DataConfig, ModelConfig, SFTConfig
 from essaflow.config_base import ConfigError
 from essaflow.data import source_fingerprint
 from essaflow.data.synthetic import synthetic_problems
-from essaflow.hub import hub_commit, is_hub_id
-from essaflow.models import model_identity
-from essaflow.storage import FileStore
-from essaflow.warm_start import sft_key
+from essaflow.model.loading import model_identity
+from essaflow.storage import FileStore, content_digest
+from essaflow.storage.hub import hub_commit, is_hub_id
+from essaflow.training.warm_start import sft_key
 
 
 @pytest.fixture(autouse=True)
@@ -235,7 +234,7 @@ class _FakeS3:
 
 
 def test_s3_versions_are_etag_and_size_from_one_listing_and_change_with_the_object():
-    from essaflow.model_identity import s3_version
+    from essaflow.model.identity import s3_version
     from essaflow.storage import S3Store
 
     objects = {"ckpt/config.json": ("e1", 2), "ckpt/model.safetensors": ("e2", 64), "ckpt2/x": ("e3", 1)}

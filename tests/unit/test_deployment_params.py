@@ -116,5 +116,11 @@ def test_compare_methods_runs_the_compare_preset_and_its_form_is_described():
         for key, prop in schema["definitions"][name]["properties"].items():
             assert prop["title"] == key and prop.get("description"), (name, key)
     with pytest.raises(Exception, match="grpo.gama"):  # a bad method override fails at submission, named
-        flow.validate_parameters({"config": {**preset.model_dump(mode="json"),
-                                             "methods": [{"name": "x", "method": "fgrpo", "set": {"grpo.gama": 1}}]}})
+        flow.validate_parameters(
+            {
+                "config": {
+                    **preset.model_dump(mode="json"),
+                    "methods": [{"name": "x", "method": "fgrpo", "set": {"grpo.gama": 1}}],
+                }
+            }
+        )

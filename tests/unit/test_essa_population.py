@@ -10,8 +10,8 @@ from essaflow.config import load_config
 from essaflow.essa.population import LocalPopulation
 from essaflow.essa.scorer import CandidateScorer, payload_bytes
 from essaflow.essa.trainer import scoring_spec
-from essaflow.models import attach_lora, load_base_model, load_model_with_adapter, load_tokenizer, save_adapter
-from essaflow.warm_start import prepare_splits
+from essaflow.model.loading import attach_lora, load_base_model, load_model_with_adapter, load_tokenizer, save_adapter
+from essaflow.training.warm_start import prepare_splits
 from tests.support.essa_tiny import make_tiny
 
 

@@ -45,7 +45,7 @@ class Driver:
         self.tracker.finish(f)
 
 
-USAGE = b"\0" * 12  # essaflow.usage.Usage.encode() of a share's cost
+USAGE = b"\0" * 12  # essaflow.training.usage.Usage.encode() of a share's cost
 
 
 def worker_answer(replica: StrategyReplica, tracker: ReplicaTracker, w: int, g: int, share: range):

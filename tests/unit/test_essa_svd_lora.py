@@ -7,7 +7,7 @@ from peft import PeftModel
 from transformers import AutoModelForCausalLM
 
 from essaflow.essa.svd_lora import SVDLoRA, trainable_per_factor
-from essaflow.models import load_model_with_adapter
+from essaflow.model.loading import load_model_with_adapter
 from tests.support.essa_tiny import make_tiny
 
 

@@ -9,11 +9,11 @@ import logging
 from essaflow.artifacts import publish_eval, read_eval_report
 from essaflow.config import EvalConfig, PipelineConfig, SamplingConfig, load_config
 from essaflow.data import Problem
-from essaflow.evaluation import evaluate
+from essaflow.generation.sampling import DEFAULT_MAX_NEW_TOKENS, TINY_MAX_NEW_TOKENS
+from essaflow.judging.evaluation import evaluate
 from essaflow.refs import RunRef
-from essaflow.registered_protocol import protocol_from_tags, protocol_tags
-from essaflow.sampling import DEFAULT_MAX_NEW_TOKENS, TINY_MAX_NEW_TOKENS
 from essaflow.storage import open_store
+from essaflow.tracking.protocol import protocol_from_tags, protocol_tags
 
 
 class Scripted:
@@ -23,7 +23,7 @@ class Scripted:
         self.script = script
 
     def sample(self, prompts, n=1, temperature=1.0, top_p=1.0, max_new_tokens=8, seed=0):
-        from essaflow.sampling import Samples
+        from essaflow.generation.sampling import Samples
 
         texts = [[self.script[p][j % len(self.script[p])] for j in range(n)] for p in prompts]
         return Samples(texts, [[t.endswith("...") for t in row] for row in texts])
@@ -35,7 +35,7 @@ SCRIPT = {"1+1=": ["2", "3", "2..."], "2+2=": ["4..."]}
 
 def test_reports_keep_capped_completions_with_reward_and_truncation(caplog):
     cfg = EvalConfig(samples_per_problem=4, ks=[1, 4], reward="exact_match", samples_saved_per_problem=2)
-    with caplog.at_level(logging.WARNING, logger="essaflow.sampling"):
+    with caplog.at_level(logging.WARNING, logger="essaflow.generation.sampling"):
         rep = evaluate(Scripted(SCRIPT), PROBLEMS, cfg, SamplingConfig(max_new_tokens=3))
     assert rep.correct_counts == [2, 0] and rep.greedy == 0.5
     assert rep.truncated_share == 5 / 8 and rep.greedy_truncated_share == 0.5 and rep.max_new_tokens == 3
@@ -78,12 +78,12 @@ def test_budgets_are_sized_for_real_models_and_the_tiny_model_keeps_its_own():
 
 
 def test_grpo_warns_once_when_rollouts_hit_the_cap(caplog):
+    from essaflow.grpo.loop import StepDone
     from essaflow.grpo.trainer import _Driver
-    from essaflow.grpo.worker import StepDone
-    from essaflow.results import TrainCallbacks
+    from essaflow.training.contract import TrainCallbacks
 
     driver = _Driver(TrainCallbacks(), cap=6)
-    with caplog.at_level(logging.WARNING, logger="essaflow.sampling"):
+    with caplog.at_level(logging.WARNING, logger="essaflow.generation.sampling"):
         for step, share in enumerate([0.05, 0.5, 0.4]):
             driver(StepDone({"step": step + 1, "truncated_share": share}))
     assert caplog.text.count("hit the length cap") == 1 and "GRPO step 2: 50%" in caplog.text
@@ -103,7 +103,7 @@ def test_a_version_records_its_dataset_and_protocol_in_tags():
 
 def test_cli_eval_without_a_config_uses_the_recorded_protocol(monkeypatch):
     import cli.pipeline as pipeline
-    import essaflow.registered_protocol as rp
+    import essaflow.tracking.protocol as rp
 
     cfg = load_config(None, ["data.source=file", "data.path=/d/gsm8k.jsonl", "data.adapter=gsm8k",
                              "model.name_or_path=/m/qwen", "eval.samples_per_problem=4", "eval.ks=[1,2]"])  # fmt: skip

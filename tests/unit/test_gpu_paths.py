@@ -13,8 +13,9 @@ from transformers import AutoModelForCausalLM
 
 from essaflow.config import ConfigError, ModelConfig, PipelineConfig, SFTConfig
 from essaflow.data.synthetic import synthetic_problems
-from essaflow.devices import resolve_device
-from essaflow.models import (
+from essaflow.generation.sampling import resolve_backend, vllm_available
+from essaflow.model.devices import resolve_device
+from essaflow.model.loading import (
     attach_lora,
     export_merged,
     load_base_model,
@@ -22,16 +23,17 @@ from essaflow.models import (
     load_tokenizer,
     save_adapter,
 )
-from essaflow.sampling import resolve_backend, vllm_available
-from essaflow.sft import train_sft
+from essaflow.training.sft import train_sft
 
 needs_no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the behaviour without a GPU")
 
 
 def test_gpu_modules_import_without_cuda_or_vllm():
-    for name in ("essaflow.sampling", "essaflow.grpo.distributed", "essaflow.essa.population", "essaflow.cluster"):
+    modules = ("essaflow.generation.sampling", "essaflow.grpo.distributed", "essaflow.essa.population")
+    modules += ("essaflow.cluster",)
+    for name in modules:
         importlib.import_module(name)
-    import essaflow.sampling as sampling
+    import essaflow.generation.sampling as sampling
 
     assert sampling.VLLMGenerator.__init__  # defined; vllm itself is imported only when one is built
 

@@ -8,10 +8,10 @@ import torch
 from safetensors.torch import load_file
 
 from essaflow.grpo import checkpoint as ckpt
+from essaflow.grpo.loop import build_policy
 from essaflow.grpo.rollout import collect, step_prompt_indices, worker_slots
 from essaflow.grpo.trainer import train_grpo
-from essaflow.grpo.worker import build_policy
-from essaflow.models import load_tokenizer
+from essaflow.model.loading import load_tokenizer
 from tests.support.grpo_tiny import make_tiny
 
 TIMING = {"step_s", "gen_s", "train_s", "tokens_per_s", "device_s", "wall_s_mean"}

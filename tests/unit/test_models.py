@@ -3,10 +3,8 @@
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from essaflow.atomic_dir import committed_manifest
 from essaflow.config import ModelConfig
-from essaflow.manifest import MANIFEST
-from essaflow.models import (
+from essaflow.model.loading import (
     attach_lora,
     load_adapter,
     load_base_model,
@@ -14,7 +12,9 @@ from essaflow.models import (
     save_adapter,
     save_adapter_atomic,
 )
-from essaflow.tiny_model import TinyRecipe, build_char_tokenizer, tiny_base_path
+from essaflow.model.tiny import TinyRecipe, build_char_tokenizer, tiny_base_path
+from essaflow.storage.atomic_dir import committed_manifest
+from essaflow.storage.manifest import MANIFEST
 
 
 def test_char_tokenizer_round_trip(tmp_path):

@@ -129,8 +129,8 @@ def test_fgrpo_recipes_sft_step_leaves_the_bf16_base_bit_identical(tmp_path):
 
     from essaflow.config import load_config
     from essaflow.data import read_problems
-    from essaflow.models import attach_lora, load_base_model, load_tokenizer
-    from essaflow.sft import train_sft
+    from essaflow.model.loading import attach_lora, load_base_model, load_tokenizer
+    from essaflow.training.sft import train_sft
     from tests.support.real_checkpoints import build_qwen_like
 
     ckpt = build_qwen_like(tmp_path / "qwen")

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from essaflow.evaluation import pass_at_k
+from essaflow.judging.evaluation import pass_at_k
 
 
 @settings(max_examples=300, deadline=None)

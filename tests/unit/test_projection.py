@@ -31,7 +31,7 @@ from essaflow.projection import (
     theorem_b2_holds,
     theta_star,
 )
-from essaflow.projection_paper import (
+from essaflow.projection.paper import (
     ADAPTED,
     PAPER_MINUTES,
     QWEN25_32B,
@@ -40,7 +40,7 @@ from essaflow.projection_paper import (
     paper_projection,
     physical_only_projection,
 )
-from essaflow.projection_runs import read_runs, run_projection
+from essaflow.projection.runs import read_runs, run_projection
 
 BW = 50e9
 GRAD = GradIteration(batch=512, eta_fb=0.5, eta_gen=0.3, trainable_bytes=67e6, m_fb=2, m_gen=1)

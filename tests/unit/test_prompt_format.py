@@ -5,8 +5,7 @@ import pytest
 import torch
 
 from essaflow.config import ModelConfig
-from essaflow.models import load_base_model, load_tokenizer
-from essaflow.prompt_format import (
+from essaflow.generation.prompt_format import (
     PromptFormat,
     bos_id,
     prompt_ids,
@@ -15,8 +14,9 @@ from essaflow.prompt_format import (
     target_ids,
     uses_chat_template,
 )
-from essaflow.sampling import encode_prompts, mask_after_eos
-from essaflow.tiny_model import answer_only_batch
+from essaflow.generation.sampling import encode_prompts, mask_after_eos
+from essaflow.model.loading import load_base_model, load_tokenizer
+from essaflow.model.tiny import answer_only_batch
 
 Q = "Tom has 3 apples and buys 4 more. How many apples does he have?"
 
@@ -92,7 +92,7 @@ def test_sft_target_closes_the_turn_as_the_template_does(qwen_untrained, llama_u
 def test_the_tiny_models_prompts_and_sft_batches_are_unchanged():
     """The character tokenizer has no template and no BOS: the ids are what add_special_tokens=False gave."""
     from essaflow.data.schema import Problem
-    from essaflow.sft import sft_batch
+    from essaflow.training.sft import sft_batch
 
     tok = load_tokenizer(ModelConfig())
     prompts = ["1+2=", "33-4="]

@@ -11,9 +11,9 @@ import torch
 from essaflow.config import ConfigError, load_config
 from essaflow.essa.scorer import CandidateScorer
 from essaflow.essa.trainer import scoring_spec
-from essaflow.models import ModelConfig, load_model_with_adapter
-from essaflow.quantization import is_quantized
-from essaflow.warm_start import cached_sft_adapter, prepare_splits
+from essaflow.model.loading import ModelConfig, load_model_with_adapter
+from essaflow.model.quantization import is_quantized
+from essaflow.training.warm_start import cached_sft_adapter, prepare_splits
 
 pytest.importorskip("torchao")
 
@@ -102,6 +102,6 @@ def test_a_setting_without_a_kernel_is_a_config_error_naming_the_field(overrides
 @pytest.mark.skipif(torch.cuda.is_available(), reason="int4 has a kernel on CUDA")
 def test_int4_on_auto_without_a_gpu_fails_at_load_before_any_weight_is_read(monkeypatch):
     cfg = ModelConfig(quantization="int4", dtype="bfloat16")  # auto: known only where the model loads
-    monkeypatch.setattr("essaflow.models.load_base_model", lambda *_: pytest.fail("weights read"))
+    monkeypatch.setattr("essaflow.model.loading.load_base_model", lambda *_: pytest.fail("weights read"))
     with pytest.raises(ConfigError, match=r"model\.quantization=int4 on cpu"):
         load_model_with_adapter(cfg, None)

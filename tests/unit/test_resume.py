@@ -7,8 +7,8 @@ from types import SimpleNamespace
 import pytest
 
 from essaflow.config import ConfigError, load_config
-from essaflow.resume import check_resumable, record_run, recorded_config, resolve_run_id
 from essaflow.storage import open_store
+from essaflow.training.resume import check_resumable, record_run, recorded_config, resolve_run_id
 from tasks import failures
 
 
@@ -63,7 +63,7 @@ def test_a_stage_failure_reports_the_first_attempts_error_and_the_last():
 def test_an_adapter_config_is_written_in_the_same_bytes_by_every_process(tmp_path):
     import json
 
-    from essaflow.models import stable_adapter_config
+    from essaflow.model.loading import stable_adapter_config
 
     for name, order in (("a", ["v_proj", "q_proj", "o_proj"]), ("b", ["o_proj", "v_proj", "q_proj"])):
         (tmp_path / name).mkdir()

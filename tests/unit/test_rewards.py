@@ -2,7 +2,8 @@
 
 import pytest
 
-from essaflow.rewards import REWARDS, after_hashes, extract_answer, get_reward, last_boxed, register_reward
+from essaflow.data.answers import after_hashes, extract_answer, last_boxed
+from essaflow.judging.rewards import REWARDS, get_reward, register_reward
 
 GSM8K_SOLUTION = (
     "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\n"
@@ -84,7 +85,7 @@ def test_gsm8k_reads_the_number_on_the_hashes_line(text, expected):
 
 
 def test_final_number_honours_groups_of_three():
-    from essaflow.rewards import final_number
+    from essaflow.judging.rewards import final_number
 
     assert final_number("paid 1,234 dollars") == "1234"
     assert final_number("so 12,34") is None
@@ -132,7 +133,7 @@ def test_final_number_reward_on_equivalent_and_wrong_forms():
 
 def test_auto_follows_the_data():
     from essaflow.config import load_config
-    from essaflow.rewards import resolve_reward
+    from essaflow.judging.rewards import resolve_reward
 
     assert resolve_reward("auto", "file", "gsm8k") == "math_verify"
     assert resolve_reward("auto", "hf", "math") == "math_verify"

@@ -3,8 +3,8 @@
 import pytest
 
 from essaflow.config import ModelConfig
-from essaflow.models import load_base_model, load_tokenizer
-from essaflow.sampling import TransformersGenerator
+from essaflow.generation.sampling import TransformersGenerator
+from essaflow.model.loading import load_base_model, load_tokenizer
 
 
 @pytest.fixture(scope="module")

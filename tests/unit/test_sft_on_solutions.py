@@ -8,11 +8,11 @@ import pandas as pd
 from essaflow.artifacts import publish_dataset, read_dataset
 from essaflow.config import DataConfig, ModelConfig, SFTConfig
 from essaflow.data import Problem, load_problems, split_problems
-from essaflow.models import load_tokenizer
-from essaflow.prompt_format import PromptFormat
-from essaflow.sft import sft_batch, sft_target
+from essaflow.generation.prompt_format import PromptFormat
+from essaflow.model.loading import load_tokenizer
 from essaflow.storage import open_store
-from essaflow.warm_start import sft_key
+from essaflow.training.sft import sft_batch, sft_target
+from essaflow.training.warm_start import sft_key
 from tests.support.real_checkpoints import write_gsm8k_jsonl
 
 

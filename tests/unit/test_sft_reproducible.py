@@ -1,7 +1,7 @@
 """SFT is a pure function of its inputs: the SFT cache key relies on it (20 steps, a few seconds)."""
 
 from essaflow.config import PipelineConfig
-from essaflow.warm_start import prepare_splits, train_sft_adapter
+from essaflow.training.warm_start import prepare_splits, train_sft_adapter
 
 
 def test_sft_is_reproducible_whatever_the_thread_count(tmp_path):

@@ -2,8 +2,8 @@
 
 import pytest
 
+from essaflow.cluster.preflight import TrainingRequest, check_training_fits, joins_existing_cluster, training_request
 from essaflow.config import load_config
-from essaflow.training_cluster import TrainingRequest, check_training_fits, joins_existing_cluster, training_request
 
 
 def cfg(*overrides: str):

@@ -1,4 +1,4 @@
-"""Budget accounting (essaflow/usage.py): both trainers count generated, forward and backward tokens and
+"""Budget accounting (essaflow/training/usage.py): both trainers count generated, forward and backward tokens and
 device-seconds, per generation/step and for the whole call, from what they actually ran."""
 
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 
 from essaflow.essa.trainer import train_essa
 from essaflow.grpo.trainer import train_grpo
-from essaflow.usage import Usage
+from essaflow.training.usage import Usage
 from tests.support import essa_tiny, grpo_tiny
 
 

@@ -7,9 +7,9 @@ import types
 from dataclasses import dataclass
 
 from essaflow.config import ModelConfig
-from essaflow.models import load_tokenizer
-from essaflow.prompt_format import PromptFormat, prompt_ids
-from essaflow.sampling import VLLMGenerator
+from essaflow.generation.prompt_format import PromptFormat, prompt_ids
+from essaflow.generation.sampling import VLLMGenerator
+from essaflow.model.loading import load_tokenizer
 
 
 @dataclass

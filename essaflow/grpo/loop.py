@@ -26,12 +26,12 @@ import torch.distributed as dist
 
 from essaflow.config import PipelineConfig, changed_trajectory, method_trajectory
 from essaflow.data.schema import Problem
-from essaflow.evaluation import greedy_accuracy
+from essaflow.generation.sampling import TransformersGenerator
 from essaflow.grpo import checkpoint as ckpt
 from essaflow.grpo.rollout import collect, token_logprobs, worker_slots
 from essaflow.grpo.update import CommCounter, StepMetrics, StepSums, WorkerInfo, update
-from essaflow.models import load_adapter, load_base_model, load_tokenizer, save_adapter_atomic
-from essaflow.sampling import TransformersGenerator
+from essaflow.judging.evaluation import greedy_accuracy
+from essaflow.model.loading import load_adapter, load_base_model, load_tokenizer, save_adapter_atomic
 
 
 @dataclass(frozen=True)
@@ -168,7 +168,7 @@ class Learner:
     def step(self, train: list[Problem], slots: list[int], step: int) -> StepMetrics:
         """One rollout step: rollout (+ advantages) -> loss -> optimiser step -> the step's global metrics."""
         g, t0 = self.cfg.grpo, time.perf_counter()
-        clock = time.perf_counter if self.info.device.type == "cuda" else time.process_time  # essaflow/usage.py
+        clock = time.perf_counter if self.info.device.type == "cuda" else time.process_time  # training/usage.py
         c0 = clock()
         self.comm.grad = self.comm.aux = 0
         batch = collect(

@@ -13,37 +13,17 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
 from peft import PeftModel
-from pydantic import Field
 from transformers import PreTrainedTokenizerBase
 
-from essaflow.config_base import StrictConfig
 from essaflow.data.schema import Problem
-from essaflow.prompt_format import PromptFormat, prompt_ids, target_ids
-from essaflow.sampling import model_stop_ids
+from essaflow.generation.prompt_format import PromptFormat, prompt_ids, target_ids
+from essaflow.generation.sampling import model_stop_ids
+from essaflow.training.config import SFTConfig
 
 log = logging.getLogger(__name__)
-
-
-class SFTConfig(StrictConfig):
-    """LoRA supervised warm start (ESSA-v3 sec. 3.2 'Initialization')."""
-
-    steps: int = Field(500, ge=1)
-    """Optimizer steps."""
-    batch_size: int = Field(64, ge=1)
-    """Problems per step."""
-    lr: float = Field(3e-3, gt=0)
-    """AdamW learning rate."""
-    weight_decay: float = Field(0.0, ge=0)
-    """AdamW weight decay."""
-    seed: int = 0
-    """Seed for LoRA init and batch order."""
-    target: Literal["solution", "answer"] = "solution"
-    """What SFT trains on: the source's worked solution where a problem has one (else its answer), or the bare
-    reference answer. Either way the reward judges only the final answer."""
 
 
 @dataclass

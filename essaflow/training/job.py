@@ -1,6 +1,6 @@
 """`essaflow essa` / `essaflow grpo`: SFT warm start (cached) -> evaluate -> train -> evaluate, as one JSON dict.
 
-The training is `essaflow.training.train`, exactly what the pipeline's train task runs (checkpoints in the store at
+The training is `essaflow.training.run.train`, exactly what the pipeline's train task runs (checkpoints in the store at
 `cfg.storage_uri`, under runs/<job id>/). "before" is the SFT start (ESSA-v3 sec. 4: both methods start from the
 same SFT checkpoint; SFT time is excluded from training time), "after" the trained policy (a LoRA adapter, or a
 full checkpoint for grpo.parameters=full), both with the same pass@k protocol and sampling seed: a paired
@@ -17,12 +17,12 @@ import time
 from typing import Any
 
 from essaflow.config import PipelineConfig
-from essaflow.evaluation import EvalReport
-from essaflow.results import TrainCallbacks
+from essaflow.judging.evaluation import EvalReport
+from essaflow.model.tiny import cache_root
 from essaflow.storage import open_store
-from essaflow.tiny_model import cache_root
-from essaflow.training import RunStorage, method_label, method_tags, train
-from essaflow.warm_start import cached_sft_adapter, evaluate_output, prepare_splits
+from essaflow.training.contract import TrainCallbacks
+from essaflow.training.run import RunStorage, method_label, method_tags, train
+from essaflow.training.warm_start import cached_sft_adapter, evaluate_output, prepare_splits
 
 HEADLINE = ("greedy", "pass@1", "pass@8")
 
@@ -103,7 +103,7 @@ def run_training_job(cfg: PipelineConfig) -> dict[str, Any]:
         "steps": result.steps,
         "train_wall_s": result.wall_s,
         "bytes_per_update": round(result.bytes_per_update),
-        "usage": result.usage.as_row(),  # tokens and device-seconds of this call's training (essaflow/usage.py)
+        "usage": result.usage.as_row(),  # tokens and device-seconds of this call's training (training/usage.py)
         "held_out_curve": [[m.get("generation", m.get("step")), round(m["eval_greedy"], 4)] for m in evals],
         "resumed_from": result.resumed_from,
         "output": trained.uri,

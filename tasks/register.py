@@ -10,9 +10,9 @@ from essaflow import tracking
 from essaflow.artifacts import fetch_dir, read_eval_report
 from essaflow.config import PipelineConfig
 from essaflow.refs import AdapterRef, DatasetRef, EvalRef, ModelRef, RegisteredRef, RunRef
-from essaflow.registered_protocol import protocol_tags
 from essaflow.timing import Timer
-from essaflow.training import method_tags
+from essaflow.tracking.protocol import protocol_tags
+from essaflow.training.run import method_tags
 from tasks.retry import retry_policy
 from tasks.run import record_stage, tracked
 
@@ -49,7 +49,7 @@ def register(
         "pass_at_k": json.dumps({k: round(v, 4) for k, v in after.summary.items()}),
         "baseline_pass_at_k": json.dumps({k: round(v, 4) for k, v in before.summary.items()}),
         "eval_protocol": f"n={after.samples_per_problem} problems={after.num_problems} seed={config.eval.seed}",
-        # what `essaflow eval --model NAME` re-evaluates on by default (essaflow.registered_protocol)
+        # what `essaflow eval --model NAME` re-evaluates on by default (essaflow.tracking.protocol)
         **protocol_tags(config),
         "git_commit": tracking.git_commit(),
         "storage_run_uri": f"{run.storage_uri.rstrip('/')}/{run.run_prefix}",

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from essaflow.usage import Usage
+from essaflow.training.usage import Usage
 
 MetricsCallback = Callable[[dict[str, Any]], None]
 CheckpointCallback = Callable[[Path], None]
@@ -56,7 +56,7 @@ class TrainResult:
     """Workers lost during this call (ESSA: actor deaths, their candidates re-dispatched; GRPO: Ray Train
     worker-group restarts, each resumed from the latest checkpoint)."""
     usage: Usage = field(default_factory=Usage)
-    """What this call's training cost: generated, forward and backward tokens, device-seconds (essaflow/usage.py)."""
+    """What this call's training cost: generated, forward and backward tokens, device-seconds (training/usage.py)."""
     truncated_share: float | None = None
     """Share of the rollout completions that hit the length cap, over this call's steps (GRPO; None for ESSA,
     whose fitness decodes are reported by the held-out evaluation)."""

@@ -20,8 +20,8 @@ from pathlib import Path
 from essaflow.artifacts import publish_dir, restore_checkpoint, sync_checkpoint
 from essaflow.config import PipelineConfig
 from essaflow.data import Splits
-from essaflow.results import TrainCallbacks, TrainResult
 from essaflow.storage import ArtifactStore
+from essaflow.training.contract import TrainCallbacks, TrainResult
 
 log = logging.getLogger(__name__)
 

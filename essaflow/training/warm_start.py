@@ -16,12 +16,13 @@ import torch
 from peft import PeftModel
 from transformers import PreTrainedTokenizerBase
 
-from essaflow.atomic_dir import atomic_dir, committed_manifest
 from essaflow.config import DataConfig, EvalConfig, ModelConfig, PipelineConfig, SamplingConfig, SFTConfig
 from essaflow.data import Splits, load_problems, split_problems
 from essaflow.data.schema import Problem
-from essaflow.evaluation import EvalReport, evaluate
-from essaflow.models import (
+from essaflow.generation.prompt_format import PromptFormat
+from essaflow.generation.sampling import TransformersGenerator, VLLMGenerator, resolve_backend
+from essaflow.judging.evaluation import EvalReport, evaluate
+from essaflow.model.loading import (
     attach_lora,
     export_merged,
     load_base_model,
@@ -31,11 +32,10 @@ from essaflow.models import (
     resolve_device,
     save_adapter,
 )
-from essaflow.prompt_format import PromptFormat
-from essaflow.quantization import check_supported, quantize_base
-from essaflow.sampling import TransformersGenerator, VLLMGenerator, resolve_backend
-from essaflow.sft import train_sft
-from essaflow.tiny_model import cache_root
+from essaflow.model.quantization import check_supported, quantize_base
+from essaflow.model.tiny import cache_root
+from essaflow.storage.atomic_dir import atomic_dir, committed_manifest
+from essaflow.training.sft import train_sft
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +105,7 @@ def evaluate_adapter(
 
     fmt: how prompts are rendered (data.prompt_format() of the run; None: the defaults), as in SFT and training.
 
-    The transformers backend runs on a base quantised as model.quantization says (essaflow.quantization); vLLM
+    The transformers backend runs on a base quantised as model.quantization says (essaflow.model.quantization); vLLM
     serves the merged full-precision copy (its own quantisation is out of scope here).
     """
     if resolve_backend(sampling.backend) == "vllm":

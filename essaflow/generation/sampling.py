@@ -3,7 +3,7 @@
 The transformers backend batches everything (the tiny model runs ~50x faster at batch 512 than at batch 1),
 pads on the left, uses the KV cache and stops at every EOS id (generation_config's and the tokenizer's). Prompts arrive
 raw; each generator renders them with its `PromptFormat` (chat template, system prompt, BOS once:
-essaflow/prompt_format.py). The vLLM backend is used when vLLM is installed and a GPU is
+essaflow/generation/prompt_format.py). The vLLM backend is used when vLLM is installed and a GPU is
 present; it is imported lazily so CPU machines never need it.
 """
 
@@ -19,7 +19,7 @@ from pydantic import Field
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from essaflow.config_base import StrictConfig, trajectory
-from essaflow.prompt_format import PromptFormat, left_pad, prompt_ids, stop_ids
+from essaflow.generation.prompt_format import PromptFormat, left_pad, prompt_ids, stop_ids
 
 DEFAULT_MAX_NEW_TOKENS = 512
 """sampling.max_new_tokens unless set: room for a worked solution of a real model."""

@@ -20,14 +20,14 @@ import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from essaflow.atomic_dir import atomic_dir, committed_manifest
-from essaflow.cache_dir import cache_root
 from essaflow.data.synthetic import ALPHABET, synthetic_problems
+from essaflow.storage.atomic_dir import atomic_dir, committed_manifest
+from essaflow.storage.cache_dir import cache_root
 
 log = logging.getLogger(__name__)
 
 SPECIALS = ["<pad>", "<eos>", "<unk>"]
-SHIPPED = Path(__file__).parent / "assets" / "tiny-base"
+SHIPPED = Path(__file__).parents[1] / "assets" / "tiny-base"
 
 
 @dataclass(frozen=True)
@@ -148,7 +148,7 @@ def tiny_base_path(recipe: TinyRecipe = TinyRecipe()) -> Path:
     return target
 
 
-if __name__ == "__main__":  # python -m essaflow.tiny_model: rebuild the shipped checkpoint
+if __name__ == "__main__":  # python -m essaflow.model.tiny: rebuild the shipped checkpoint
     logging.basicConfig(level=logging.INFO)
     torch.set_num_threads(1)
     print(build_tiny_base(SHIPPED))

@@ -12,8 +12,8 @@ from pydantic import Field, field_validator, model_validator
 
 from essaflow.config_base import StrictConfig, trajectory
 from essaflow.data.schema import Problem
-from essaflow.rewards import AUTO_REWARD, REWARDS, get_reward, resolve_reward
-from essaflow.sampling import Generator, Samples, SamplingConfig, sample_completions, warn_if_truncated
+from essaflow.generation.sampling import Generator, Samples, SamplingConfig, sample_completions, warn_if_truncated
+from essaflow.judging.rewards import AUTO_REWARD, REWARDS, get_reward, resolve_reward
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ class EvalConfig(StrictConfig):
     seed: int = 1234
     """Sampling seed: the same seed before and after training gives a paired comparison."""
     reward: str = trajectory("auto")
-    """Reward used to judge correctness (essaflow.rewards). auto follows the data: math_verify for
+    """Reward used to judge correctness (essaflow.judging.rewards). auto follows the data: math_verify for
     data.adapter gsm8k or math (symbolic equivalence of the extracted final answer), exact_match for the synthetic
     task and plain files; the pipeline config resolves it, so runs record the concrete name."""
     samples_saved_per_problem: int = Field(4, ge=0)

@@ -12,12 +12,12 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from pydantic import Field, model_validator
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from essaflow.atomic_dir import atomic_dir
 from essaflow.config_base import ConfigError, StrictConfig, trajectory
-from essaflow.devices import resolve_device
-from essaflow.model_identity import BUILTIN_TINY, model_identity, s3_version  # noqa: F401 - callers import these here
-from essaflow.quantization import Quantization, check_supported, quantize_base
-from essaflow.tiny_model import cache_root, tiny_base_path
+from essaflow.model.devices import resolve_device
+from essaflow.model.identity import BUILTIN_TINY, model_identity, s3_version  # noqa: F401 - callers import these here
+from essaflow.model.quantization import Quantization, check_supported, quantize_base
+from essaflow.model.tiny import cache_root, tiny_base_path
+from essaflow.storage.atomic_dir import atomic_dir
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +151,7 @@ def save_adapter_atomic(
 ) -> Path:
     """`save_adapter` into a temporary sibling, manifest.json last, then swapped in as dest_dir.
 
-    An existing dest_dir stays in place until the new adapter is complete (see essaflow.atomic_dir).
+    An existing dest_dir stays in place until the new adapter is complete (see essaflow.storage.atomic_dir).
     """
     dest = Path(dest_dir)
     with atomic_dir(dest) as tmp:
@@ -170,7 +170,7 @@ def load_model_with_adapter(
     """Base + adapter (or a fresh LoRA when adapter_dir is None) and the tokenizer, ready for inference.
 
     With ``quantize`` (default) the base's linear layers are quantised as cfg.quantization says, after the adapter
-    is attached (essaflow.quantization); an unsupported setting fails here, before the weights are read.
+    is attached (essaflow.model.quantization); an unsupported setting fails here, before the weights are read.
     """
     if quantize:
         check_supported(cfg.quantization, resolve_device(cfg.device), cfg.dtype)

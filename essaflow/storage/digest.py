@@ -1,6 +1,6 @@
 """SHA-256 digests: of bytes, of a file (streamed), of a directory's file table, of a config.
 
-The one place that hashes content; manifests (essaflow.manifest), checkpoints, caches and the artifact store all
+The one place that hashes content; manifests (essaflow.storage.manifest), checkpoints, caches and the artifact store all
 use it, so an artifact's digest means the same thing wherever it is computed.
 """
 

@@ -4,7 +4,7 @@
   run. Params are the flattened config, never a credential (secret-looking keys are dropped, URI user-info and the
   values of credential environment variables are masked). Metrics per generation/step, the pass@k table, PNG plots,
   and tags linking the storage URIs and the Prefect flow run.
-- The adapter is logged as an MLflow pyfunc model (`essaflow/pyfunc_model.py`, logged as code, with the adapter and,
+- The adapter is logged as an MLflow pyfunc model (`tracking/pyfunc_model.py`, logged as code, with the adapter and,
   for a local base such as builtin:tiny, the base checkpoint as artifacts), so
   `mlflow.pyfunc.load_model("models:/<name>@champion").predict(["12+7="])` returns completions anywhere.
 - Registration is idempotent: the model version carries the pipeline run id as a tag and is looked up first, so a
@@ -30,7 +30,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from essaflow.config import DataConfig, ModelConfig, PipelineConfig, SamplingConfig
-from essaflow.evaluation import EvalReport, plot_pass_at_k
+from essaflow.judging.evaluation import EvalReport, plot_pass_at_k
 from essaflow.secrets import is_secret, safe_uri, scrub  # safe_uri, scrub: also imported from here (cli, tasks)
 
 log = logging.getLogger(__name__)
@@ -38,7 +38,8 @@ log = logging.getLogger(__name__)
 RUN_TAG = "essaflow.run_id"
 FAILURE_TAG = "essaflow.failure"  # why a failed run failed (stage: error), removed when it is resumed
 PYFUNC_SOURCE = Path(__file__).with_name("pyfunc_model.py")
-PROMPT_FORMAT_SOURCE = Path(__file__).with_name("prompt_format.py")  # imported by the pyfunc model (stdlib only)
+# imported by the pyfunc model (stdlib only)
+PROMPT_FORMAT_SOURCE = Path(__file__).parents[1] / "generation" / "prompt_format.py"
 CHAMPION, CHALLENGER = "champion", "challenger"
 #: A local base checkpoint at most this large is copied into the registered model, so it loads anywhere.
 EMBED_BASE_MAX_BYTES = 512 * 1024 * 1024

@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from essaflow.manifest import MANIFEST, verify_manifest, write_manifest
+from essaflow.storage.manifest import MANIFEST, verify_manifest, write_manifest
 
 _HOST = re.sub(r"[^A-Za-z0-9_-]", "_", socket.gethostname().split(".")[0]) or "host"
 _OWNER = re.compile(r"^(?P<host>[A-Za-z0-9_-]*)-(?P<pid>\d+)-[0-9a-f]{8}$")

@@ -27,7 +27,7 @@ warnings.filterwarnings("ignore", message=r"Add type hints to the `predict` meth
 try:  # the copy MLflow logged beside this file (code_paths): formatting as at training time, essaflow not needed
     from prompt_format import PromptFormat, left_pad, prompt_ids, stop_ids
 except ImportError:  # saving the model from the repository
-    from essaflow.prompt_format import PromptFormat, left_pad, prompt_ids, stop_ids
+    from essaflow.generation.prompt_format import PromptFormat, left_pad, prompt_ids, stop_ids
 
 DEFAULT_MAX_NEW_TOKENS = 512
 

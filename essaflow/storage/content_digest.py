@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from essaflow.cache_dir import cache_root
-from essaflow.digest import sha256_file, table_digest
+from essaflow.storage.cache_dir import cache_root
+from essaflow.storage.digest import sha256_file, table_digest
 
 log = logging.getLogger(__name__)
 

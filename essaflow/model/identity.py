@@ -3,7 +3,7 @@
 It changes whenever the weights a load would read change, and only then:
 
 - `builtin:tiny`: the recipe digest (the checkpoint is a pure function of it);
-- a local directory: the digest of its files (essaflow.content_digest, remembered per file stat, so an unchanged
+- a local directory: the digest of its files (essaflow.storage.content_digest, remembered per file stat, so an unchanged
   15 GB checkpoint costs a stat per file, and retrained weights copied over it are a new identity);
 - `s3://` prefix: the objects' ETags and sizes (one listing, nothing downloaded);
 - a hub id: the commit the revision resolves to (the hub when reachable, else the local HF cache), so `main`
@@ -17,33 +17,33 @@ from pathlib import Path
 from typing import Protocol
 
 from essaflow.config_base import ConfigError
-from essaflow.digest import sha256_bytes
-from essaflow.hub import hub_commit
+from essaflow.storage.digest import sha256_bytes
+from essaflow.storage.hub import hub_commit
 
 log = logging.getLogger(__name__)
 
 BUILTIN_TINY = "builtin:tiny"
 
 
-class ModelConfig(Protocol):
-    """What identity needs of essaflow.models.ModelConfig (imported there, so no cycle here)."""
+class NamedModel(Protocol):
+    """What identity needs of a model config: where the checkpoint is and which revision (no import, no cycle)."""
 
     name_or_path: str
     revision: str | None
 
 
-def model_identity(cfg: ModelConfig) -> str:
+def model_identity(cfg: NamedModel) -> str:
     """`<name_or_path>@<content digest or resolved commit>` (see the module docstring)."""
     name = cfg.name_or_path
     if name == BUILTIN_TINY:
-        from essaflow.tiny_model import TinyRecipe
+        from essaflow.model.tiny import TinyRecipe
 
         return f"{BUILTIN_TINY}@{TinyRecipe().digest()}"
     if name.startswith("s3://"):
         return f"{name}@{s3_version(name)}"
     local = Path(name).expanduser()
     if local.is_dir():
-        from essaflow.content_digest import tree_digest
+        from essaflow.storage.content_digest import tree_digest
 
         return f"{name}@{tree_digest(local)}"
     return f"{name}@{hub_commit(name, cfg.revision, field='model.name_or_path')}"

@@ -1,0 +1,1 @@
+"""Generation: the engine interface (transformers, vLLM) and how a prompt meets the model."""

@@ -1,0 +1,1 @@
+"""Judging: rewards (answer extraction and verification) and pass@k evaluation."""
