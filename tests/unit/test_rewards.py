@@ -85,7 +85,7 @@ def test_gsm8k_reads_the_number_on_the_hashes_line(text, expected):
 
 
 def test_final_number_honours_groups_of_three():
-    from essaflow.judging.rewards import final_number
+    from essaflow.data.answers import final_number
 
     assert final_number("paid 1,234 dollars") == "1234"
     assert final_number("so 12,34") is None
