@@ -22,8 +22,8 @@ TEXT = {".py", ".md", ".yaml", ".yml", ".toml", ".cfg", ".txt", ".sh", ".js", ".
 #: a path under a top-level folder: letters, digits, _ . - and /, ending in a file name or a folder's slash
 PATH = re.compile(rf"(?<![\w./-])(?:{'|'.join(ROOTS)})/[\w./-]*")
 DOTTED = re.compile(r"(?<![\w.])essaflow(?:\.[A-Za-z_]\w*){2,}")
-#: files whose text is not the project's own (vendored, generated, model weights)
-SKIP = ("tests/e2e/browser/package-lock.json", "essaflow/assets/")
+#: files whose text is not the project's own (vendored, generated, model weights), and this file's counter-examples
+SKIP = ("tests/e2e/browser/package-lock.json", "essaflow/assets/", "tests/unit/test_references.py")
 #: a path followed by one of these is a pattern (a glob, a placeholder, a shell variable), not a file
 GLOB = {"*", "<", "{", "$"}
 #: cited paths that are made where the project is used, never committed
