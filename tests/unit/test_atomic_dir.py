@@ -138,7 +138,7 @@ with ad.atomic_dir(final, label="new") as tmp:
         ("fsync", 1, "old"),  # while the new files are being synced
         ("fsync", 4, "old"),  # syncing the staging directory's entries
         ("rename", 1, "old"),  # about to move the old copy aside
-        ("rename", 2, "old"),  # old moved aside, new not yet in place: the window the old code lost both in
+        ("rename", 2, "old"),  # old moved aside, new not yet in place: a delete-then-rename writer loses both here
         ("fsync", 7, "new"),  # new in place, parent not yet synced
         ("rmtree", 1, "new"),  # new in place, old copy not yet removed
     ],
