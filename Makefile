@@ -16,7 +16,7 @@ APT_INSTALL := DEBIAN_FRONTEND=noninteractive apt-get install -y -qq
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	# torch first, pinned: an unpinned torch would pull a multi-GB CUDA build (DEVELOPERS.md).
+	# torch first, pinned: an unpinned torch would pull a multi-GB CUDA build (README.md, Development).
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q torch==2.13.0
 	$(BIN)/python -m pip install -q -e ".[dev]"
 	touch $(STAMP)

@@ -201,7 +201,7 @@ def eval_(
 
 def _recorded_protocol(cfg, model: str, alias: str, overrides: list[str]):
     """cfg with the data, eval and sampling sections recorded in models:/model@alias's tags (overrides on top);
-    cfg unchanged for a version registered before the tags existed or a registry that cannot be read."""
+    cfg unchanged for a version without those tags or a registry that cannot be read."""
     from essaflow.config import apply_overrides, parse_config
     from essaflow.tracking import resolve_tracking_uri
     from essaflow.tracking.protocol import registered_protocol

@@ -2,18 +2,22 @@
 
 Where each section is defined (and documented, field by field):
 
-    data      essaflow/data/config.py       DataConfig, SyntheticTaskConfig
-    model     essaflow/model/loading.py            ModelConfig
-    sampling  essaflow/generation/sampling.py          SamplingConfig
-    eval      essaflow/judging/evaluation.py        EvalConfig
-    sft       essaflow/training/sft.py               SFTConfig
-    essa      essaflow/essa/config.py       ESSAConfig (workers: essaflow/cluster/config.py)
-    grpo      essaflow/grpo/config.py       GRPOConfig (workers: essaflow/cluster/config.py)
+    data      essaflow/data/config.py            DataConfig, SyntheticTaskConfig
+    model     essaflow/model/loading.py          ModelConfig
+    sampling  essaflow/generation/sampling.py    SamplingConfig
+    eval      essaflow/judging/evaluation.py     EvalConfig
+    sft       essaflow/training/config.py        SFTConfig
+    essa      essaflow/essa/config.py            ESSAConfig (workers: essaflow/cluster/config.py)
+    grpo      essaflow/grpo/config.py            GRPOConfig (workers: essaflow/cluster/config.py)
 
-Every field carries a docstring (pydantic keeps it as the field description, so the Prefect UI form and
-`essaflow config --help` show it). Unknown keys are rejected, and cross-field rules run at load time, so a bad
-value fails before any compute starts with a message naming the field. Presets are YAML files in configs/;
-`--set a.b=c` overrides are parsed as YAML.
+Every field carries a docstring (pydantic keeps it as the field description, so the Prefect UI form shows it).
+Unknown keys are rejected, and cross-field rules run at load time, so a bad value fails before any compute starts
+with a message naming the field. Presets are YAML files in configs/; `--set a.b=c` overrides are parsed as YAML.
+
+A preset may start from another: `extends: tiny.yaml` (a path relative to the preset's own folder) reads that file
+first, then merges the preset on top of it key by key (see :func:`merge_tree`: the preset wins; a list or a number
+replaces the base's). The base may extend a third file; a file reached twice on one chain is a ConfigError naming
+the chain.
 """
 
 from __future__ import annotations
@@ -39,7 +43,8 @@ from essaflow.training.config import SFTConfig
 __all__ = [
     "ConfigError", "DataConfig", "ESSAConfig", "ESSAWorkersConfig", "EvalConfig", "GRPOConfig", "GRPOWorkersConfig",
     "ModelConfig", "PipelineConfig", "RayWorkersConfig", "SFTConfig", "SamplingConfig", "SyntheticTaskConfig",
-    "apply_overrides", "apply_values", "changed_trajectory", "load_config", "method_trajectory", "parse_config",
+    "apply_overrides", "apply_values", "changed_trajectory", "load_config", "merge_tree", "method_trajectory",
+    "parse_config", "read_yaml_tree", "resolve_extends",
 ]  # fmt: skip
 
 
@@ -168,12 +173,49 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     return parse_config(apply_overrides(tree, overrides or []))
 
 
+#: the key by which a YAML config names the file it starts from
+EXTENDS = "extends"
+
+
 def read_yaml_tree(path: str | Path, what: str = "config file") -> dict[str, Any]:
-    """A YAML config file as a plain mapping; a missing file or a non-mapping is a ConfigError naming it."""
-    p = Path(path)
-    if not p.exists():
-        raise ConfigError(f"{what} not found: {p}")
-    tree = yaml.safe_load(p.read_text()) or {}
+    """A YAML config file as a plain mapping, its `extends:` chain resolved; a missing file, a non-mapping or a
+    cycle is a ConfigError naming the file."""
+    return _read_tree(Path(path), what, ())
+
+
+def resolve_extends(tree: dict[str, Any], origin: str | Path, chain: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """`tree` (read from the file `origin`) merged onto the file its `extends:` key names, relative to origin's
+    folder; `chain` holds the files already being read on the way here (a cycle is refused, naming them)."""
+    if EXTENDS not in tree:
+        return tree
+    origin = Path(origin)
+    chain = (*chain, origin.resolve())
+    base_name = tree[EXTENDS]
+    if not isinstance(base_name, str) or not base_name.strip():
+        raise ConfigError(f"{origin}: {EXTENDS} must name one YAML file, got {base_name!r}")
+    base_path = (origin.parent / base_name).resolve()
+    if base_path in chain:
+        cycle = " -> ".join(str(p) for p in (*chain[chain.index(base_path) :], base_path))
+        raise ConfigError(f"{origin}: {EXTENDS} cycle: {cycle}")
+    base = _read_tree(base_path, f"{EXTENDS}: {base_name} of {origin}", chain)
+    return merge_tree(base, {k: v for k, v in tree.items() if k != EXTENDS})
+
+
+def _read_tree(path: Path, what: str, chain: tuple[Path, ...]) -> dict[str, Any]:
+    if not path.exists():
+        raise ConfigError(f"{what} not found: {path}")
+    tree = yaml.safe_load(path.read_text()) or {}
     if not isinstance(tree, dict):
-        raise ConfigError(f"{what} {p} must hold a mapping at the top level")
-    return tree
+        raise ConfigError(f"{what} {path} must hold a mapping at the top level")
+    return resolve_extends(tree, path, chain)
+
+
+def merge_tree(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """`over` on top of `base`: mappings merge key by key, any other value replaces (a list is not appended)."""
+    out = copy.deepcopy(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge_tree(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out

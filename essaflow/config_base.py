@@ -7,8 +7,8 @@ all use, so no config module imports another stage's code.
 - **Trajectory marks.** A field declared with :func:`trajectory` changes what a training run computes, so a
   checkpoint written under one value must not be resumed under another. :func:`trajectory_values` collects the
   marked fields of a config tree as dotted keys; checkpoints store them and the resume check compares them.
-- **Renamed keys.** :func:`renamed_keys` lets a config accept a key's old spelling with a one-line deprecation
-  message, so presets written before a move keep working.
+- **Renamed keys.** :func:`renamed_keys` lets a config accept a moved key's previous spelling with a one-line
+  deprecation message, for one release.
 """
 
 from __future__ import annotations

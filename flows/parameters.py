@@ -19,11 +19,18 @@ import os
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-import yaml
 from pydantic import Field, create_model, model_validator
 
-from essaflow.config import DataConfig, EvalConfig, PipelineConfig, SamplingConfig, load_config
-from essaflow.config_base import ConfigError, StrictConfig
+from essaflow.config import (
+    DataConfig,
+    EvalConfig,
+    PipelineConfig,
+    SamplingConfig,
+    load_config,
+    merge_tree,
+    read_yaml_tree,
+)
+from essaflow.config_base import StrictConfig
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -35,22 +42,8 @@ def preset_path(preset: str) -> Path:
 
 
 def preset_tree(preset: str) -> dict[str, Any]:
-    """The preset file as the plain mapping `essaflow run configs/<preset>.yaml` starts from."""
-    tree = yaml.safe_load(preset_path(preset).read_text()) or {}
-    if not isinstance(tree, dict):
-        raise ConfigError(f"{preset_path(preset)} must hold a mapping at the top level")
-    return tree
-
-
-def merge_tree(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    """`over` on top of `base`: mappings merge key by key, any other value replaces (a list is not appended)."""
-    out = copy.deepcopy(base)
-    for key, value in over.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = merge_tree(out[key], value)
-        else:
-            out[key] = value
-    return out
+    """The preset file as the plain mapping `essaflow run configs/<preset>.yaml` starts from (`extends:` resolved)."""
+    return read_yaml_tree(preset_path(preset), "preset")
 
 
 class PresetParams(StrictConfig):

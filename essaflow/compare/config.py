@@ -9,8 +9,10 @@
     seeds: [0, 1, 2]              # each method's own seed (essa.seed / grpo.seed); the SFT start stays one
     budget_s: 75                  # training wall seconds per method and seed (essa/grpo.time_budget_s)
 
-Every arm's pipeline config is built and validated when the compare config loads, so a bad override fails
-before any compute, naming the method and the field.
+The task may start from a pipeline preset: `task: {extends: tiny-essa.yaml, ...}` (relative to the compare file's
+folder) takes that preset and merges the task's own keys on top, as a preset's top-level `extends:` does
+(essaflow/config.py). Every arm's pipeline config is built and validated when the compare config loads, so a bad
+override fails before any compute, naming the method and the field.
 """
 
 from __future__ import annotations
@@ -22,7 +24,14 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from essaflow.config import PipelineConfig, apply_overrides, apply_values, parse_config, read_yaml_tree
+from essaflow.config import (
+    PipelineConfig,
+    apply_overrides,
+    apply_values,
+    parse_config,
+    read_yaml_tree,
+    resolve_extends,
+)
 from essaflow.config_base import ConfigError, StrictConfig
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
@@ -140,4 +149,7 @@ class CompareConfig(StrictConfig):
 
 def load_compare_config(path: str | Path, overrides: list[str] | None = None) -> CompareConfig:
     """A compare YAML file with dotted overrides (`--set budget_s=30`, `--set task.eval.samples_per_problem=16`)."""
-    return parse_config(apply_overrides(read_yaml_tree(path, "compare config"), overrides or []), CompareConfig)
+    tree = read_yaml_tree(path, "compare config")
+    if isinstance(tree.get("task"), dict):  # the task's own `extends:`, relative to the compare file
+        tree["task"] = resolve_extends(tree["task"], path, (Path(path).resolve(),))
+    return parse_config(apply_overrides(tree, overrides or []), CompareConfig)

@@ -175,8 +175,8 @@ def plain_grpo(arms: list[ArmResult]) -> str | None:
 
 
 def claims(arms: list[ArmResult], sft: dict[str, float], n: int) -> list[Claim]:
-    """The three claims of issue 12 on this task: GRPO lowers pass@n below the SFT start? F-GRPO keeps pass@n above
-    GRPO's? ESSA matches GRPO's pass@1?"""
+    """The papers' three claims on this task (docs/compare.md): GRPO lowers pass@n below the SFT start? F-GRPO keeps
+    pass@n above GRPO's? ESSA matches GRPO's pass@1?"""
     first = {m: runs[0] for m, runs in by_method(arms).items()}
     top = f"pass@{max(k for k in HEADLINE_KS if k <= n)}"
     grpo = plain_grpo(arms)

@@ -1,7 +1,7 @@
 """The source's content as a short digest: what the dataset cache key hashes besides the data config.
 
-The key used to be the config alone (the path), so a data file changed in place was a cache hit serving the old
-dataset. Now changed bytes are a new key, always; unchanged bytes hit the cache as before:
+A key of the config alone (the path) would serve a data file changed in place from the cache; with the digest,
+changed bytes are a new key, always, and unchanged bytes hit the cache:
 
 - file, or a local HF dataset directory: the SHA-256 of the bytes (essaflow.storage.content_digest: remembered per file
   stat, so an unchanged file costs a stat);

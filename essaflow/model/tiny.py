@@ -142,7 +142,7 @@ def tiny_base_path(recipe: TinyRecipe = TinyRecipe()) -> Path:
     if shipped_meta.exists() and json.loads(shipped_meta.read_text()).get("digest") == recipe.digest():
         return SHIPPED
     target = cache_root() / f"tiny-base-{recipe.digest()}"
-    if committed_manifest(target, legacy_marker="essaflow_recipe.json") is None:
+    if committed_manifest(target) is None:
         log.info("building tiny base model %s (one time)", recipe.digest())
         build_tiny_base(target, recipe)
     return target

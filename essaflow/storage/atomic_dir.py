@@ -180,16 +180,11 @@ def recover_children(parent: Path) -> None:
                 recover_dir(Path(parent) / m["name"])
 
 
-def committed_manifest(final: Path, legacy_marker: str | None = None) -> dict[str, Any] | None:
+def committed_manifest(final: Path) -> dict[str, Any] | None:
     """The verified manifest of the directory ``final`` (recovered first if a swap crashed), or None.
 
     None means incomplete (no valid manifest) or corrupt (a file's size or SHA-256 differs): treat it as absent.
-    ``legacy_marker``: a directory with that file but no manifest.json was written whole by pre-manifest code
-    (which renamed it into place complete), so it is adopted: its manifest is written now.
     """
     final = Path(final)
     recover_dir(final)
-    manifest = verify_manifest(final)
-    if manifest is None and legacy_marker and (final / legacy_marker).is_file() and not (final / MANIFEST).exists():
-        manifest = write_manifest(final, adopted=True)
-    return manifest
+    return verify_manifest(final)

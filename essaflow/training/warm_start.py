@@ -87,7 +87,7 @@ def cached_sft_adapter(cfg: PipelineConfig, splits: Splits) -> Path:
         return Path(cfg.adapter_uri.removeprefix("file://"))
     fmt = cfg.data.prompt_format()
     target = cache_root() / "sft" / sft_key(cfg.model, cfg.sft, splits.sft, fmt)
-    if committed_manifest(target, legacy_marker="sft_result.json") is None:
+    if committed_manifest(target) is None:
         log.info("training SFT warm start -> %s", target)
         train_sft_adapter(cfg.model, cfg.sft, splits.sft, target, fmt)
     return target

@@ -69,7 +69,7 @@ def uninterrupted(pipeline_stack, tmp_path_factory) -> SimpleNamespace:
         ["run", "resume-cli-clean.yaml", "--no-progress"], pipeline_stack.subprocess_env(), workdir
     )
     assert rc == 0, err[-3000:]
-    usage = out["training"]["usage"]  # what ESSA spent, in the run's JSON line (issue 12 item 3)
+    usage = out["training"]["usage"]  # what ESSA spent, in the run's JSON line
     assert usage["generated_tokens"] > 0 and usage["forward_tokens"] >= usage["generated_tokens"]
     assert usage["backward_tokens"] == 0 and usage["device_s"] > 0 and out["training"]["bytes_per_update"] > 0
     rows = pipeline_stack.store().get_bytes(f"runs/{out['run_id']}/train/metrics.jsonl").decode().splitlines()

@@ -1,4 +1,4 @@
-"""The registered pyfunc model answers raw questions through the prompt formatting it stores (issue 11 item 2):
+"""The registered pyfunc model answers raw questions through the prompt formatting it stores:
 prompt template, chat template and system prompt of the run, BOS once, stopping at <|im_end|>; the same text the
 evaluation generator produces for the same question. MLflow on a local sqlite file (no server needed)."""
 

@@ -82,18 +82,6 @@ def test_manifest_cannot_name_a_path_outside_its_directory(tmp_path: Path, rel: 
     assert read_manifest(tmp_path) is None
 
 
-def test_legacy_directory_is_adopted_only_with_its_marker(tmp_path: Path):
-    old = tmp_path / "old-cache"
-    old.mkdir()
-    (old / "weights.bin").write_bytes(b"w")
-    assert ad.committed_manifest(old, legacy_marker="done.json") is None  # no marker: not known to be whole
-    (old / "done.json").write_text("{}")
-    manifest = ad.committed_manifest(old, legacy_marker="done.json")
-    assert manifest["adopted"] is True and set(manifest["files"]) == {"weights.bin", "done.json"}
-    (old / "weights.bin").write_bytes(b"W")
-    assert ad.committed_manifest(old, legacy_marker="done.json") is None  # once it has a manifest, it must match
-
-
 # ---------------------------------------------------------------------------------------------- fsync
 
 
@@ -150,7 +138,7 @@ with ad.atomic_dir(final, label="new") as tmp:
         ("fsync", 1, "old"),  # while the new files are being synced
         ("fsync", 4, "old"),  # syncing the staging directory's entries
         ("rename", 1, "old"),  # about to move the old copy aside
-        ("rename", 2, "old"),  # old moved aside, new not yet in place: the window the old code lost both in
+        ("rename", 2, "old"),  # old moved aside, new not yet in place: a delete-then-rename writer loses both here
         ("fsync", 7, "new"),  # new in place, parent not yet synced
         ("rmtree", 1, "new"),  # new in place, old copy not yet removed
     ],

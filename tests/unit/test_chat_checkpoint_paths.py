@@ -59,7 +59,7 @@ def test_generation_stops_at_im_end_from_generation_config(qwen_trained):
     out = gen.sample(prompts, n=1, temperature=0.0, max_new_tokens=60)
     assert out.truncated == [[False], [False]], out.texts
     assert all("####" in t[0] and "<|im_end|>" not in t[0] for t in out.texts)
-    # what happened before: only the tokenizer's EOS (<|endoftext|>) stopped generation, so the turn ran on
+    # stopping at the tokenizer's EOS (<|endoftext|>) alone, the turn runs on past <|im_end|> to the cap
     gen.stop = [tok.eos_token_id]
     old = gen.sample(prompts, n=1, temperature=0.0, max_new_tokens=60)
     assert old.truncated == [[True], [True]]

@@ -104,3 +104,72 @@ def test_trajectory_marks_select_what_a_resume_depends_on():
     grpo = method_trajectory(load_config(None, ["method=fgrpo"]))
     assert {"grpo.gamma", "grpo.lr", "grpo.loss", "grpo.seed"} <= set(grpo)
     assert not {"grpo.steps", "grpo.workers.count", "grpo.checkpoint_every"} & set(grpo)
+
+
+def _write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def test_extends_merges_the_base_under_the_preset_and_the_preset_wins(tmp_path):
+    _write(tmp_path / "base.yaml", "name: base\nseed: 3\nessa: {population: 16, sigma0: 0.2}\neval: {ks: [1, 2]}\n")
+    child = _write(tmp_path / "child.yaml", "extends: base.yaml\nessa: {population: 24}\neval: {ks: [1]}\n")
+    cfg = load_config(child)
+    assert (cfg.name, cfg.seed) == ("base", 3)  # the base's keys the preset leaves alone
+    assert (cfg.essa.population, cfg.essa.sigma0) == (24, 0.2)  # a section merges key by key, the preset wins
+    assert cfg.eval.ks == [1]  # a list replaces, it is not appended to
+
+
+def test_extends_is_relative_to_the_extending_file_and_chains(tmp_path):
+    _write(tmp_path / "root.yaml", "seed: 5\nessa: {population: 12}\n")
+    _write(tmp_path / "bases" / "mid.yaml", "extends: ../root.yaml\nessa: {sigma0: 0.4}\n")
+    child = _write(tmp_path / "presets" / "child.yaml", "extends: ../bases/mid.yaml\nname: child\n")
+    cfg = load_config(child, ["essa.population=20"])  # overrides apply on the resolved tree
+    assert (cfg.name, cfg.seed, cfg.essa.sigma0, cfg.essa.population) == ("child", 5, 0.4, 20)
+
+
+def test_extends_cycle_is_refused_naming_the_files(tmp_path):
+    _write(tmp_path / "a.yaml", "extends: b.yaml\n")
+    _write(tmp_path / "b.yaml", "extends: a.yaml\n")
+    with pytest.raises(ConfigError, match="extends cycle") as err:
+        load_config(tmp_path / "a.yaml")
+    assert f"{tmp_path / 'a.yaml'} -> {tmp_path / 'b.yaml'} -> {tmp_path / 'a.yaml'}" in str(err.value)
+    _write(tmp_path / "self.yaml", "extends: self.yaml\n")
+    with pytest.raises(ConfigError, match="extends cycle"):
+        load_config(tmp_path / "self.yaml")
+
+
+def test_extends_of_a_missing_file_names_it_and_the_file_that_asked(tmp_path):
+    child = _write(tmp_path / "child.yaml", "extends: nowhere.yaml\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(child)
+    assert str(tmp_path / "nowhere.yaml") in str(err.value) and str(child) in str(err.value)
+    _write(tmp_path / "bad.yaml", "extends: [a.yaml, b.yaml]\n")
+    with pytest.raises(ConfigError, match="must name one YAML file"):
+        load_config(tmp_path / "bad.yaml")
+
+
+def test_compare_task_extends_a_preset_relative_to_the_compare_file(tmp_path):
+    from essaflow.compare import load_compare_config
+
+    _write(tmp_path / "presets" / "task.yaml", "method: essa\nseed: 4\nessa: {population: 8, sigma0: 0.25}\n")
+    compare = _write(
+        tmp_path / "compare.yaml",
+        "methods: [{name: essa, method: essa}]\nseeds: [0]\n"
+        "task: {extends: presets/task.yaml, method: none, essa: {population: 6}}\n",
+    )
+    cfg = load_compare_config(compare)
+    assert (cfg.task.seed, cfg.task.essa.population, cfg.task.essa.sigma0) == (4, 6, 0.25)
+    _write(tmp_path / "loop.yaml", "methods: [{name: essa, method: essa}]\ntask: {extends: loop.yaml}\n")
+    with pytest.raises(ConfigError, match="extends cycle"):
+        load_compare_config(tmp_path / "loop.yaml")
+
+
+def test_the_tiny_presets_share_one_base_and_register_under_their_own_names():
+    base, essa, fgrpo = (load_config(CONFIGS / f) for f in ("tiny.yaml", "tiny-essa.yaml", "tiny-fgrpo.yaml"))
+    for cfg in (essa, fgrpo):
+        assert (cfg.data, cfg.sampling, cfg.eval, cfg.sft) == (base.data, base.sampling, base.eval, base.sft)
+    # the two deployments adapt different LoRA modules, so their SFT starts differ: one registered name each
+    assert essa.model.target_modules != fgrpo.model.target_modules
+    assert essa.name != fgrpo.name

@@ -1,4 +1,4 @@
-"""Evaluation you can read (issue 11 items 5 and 9): reports keep completions with their reward and truncation,
+"""Evaluation you can read: reports keep completions with their reward and truncation,
 samples.jsonl.gz carries them, budgets are sized for real models, and a registered version records the dataset
 and protocol that `essaflow eval` re-uses."""
 

@@ -1,6 +1,6 @@
 """The GPU paths' CPU-visible logic: device and backend choice, the merged checkpoint vLLM serves, bf16 models.
 
-The GPU itself is exercised by bench/gpu_check.py on the device machine; here nothing needs CUDA.
+The GPU itself is exercised by bench/gpu_check.py on a GPU; here nothing needs CUDA.
 """
 
 from __future__ import annotations

@@ -15,9 +15,9 @@ grpo.losses while grpo.trainer imports config is a cycle of parts, not of module
 
 One edge is left out of the parts graph by design: the pipeline config composing a subpackage's own config module
 (``essaflow.config -> essaflow.grpo.config``). Each stage's config lives beside its code and ``essaflow.config`` only
-assembles them (docs/algorithms.md, ARCHITECTURE "config.py"), while the trainers read the assembled config; what
-the parts check still forbids is config.py reaching into a subpackage's code (the old validators looked up grpo's
-loss registry from config.py).
+assembles them (the table at the top of essaflow/config.py), while the trainers read the assembled config; what
+the parts check still forbids is config.py reaching into a subpackage's code (a validator in config.py looking up
+grpo's loss registry, say).
 """
 
 from __future__ import annotations

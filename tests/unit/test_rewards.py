@@ -60,7 +60,7 @@ def test_registry_plug_in_by_name():
         get_reward("always_one_test")
 
 
-# --- rewards that match the data (issue 11 item 6): GSM8K's '####' line, MATH's last \boxed{}, auto
+# --- rewards that match the data: GSM8K's '####' line, MATH's last \boxed{}, auto
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""SFT on worked solutions (issue 11 item 4): the gsm8k and math adapters keep the source's solution beside the
+"""SFT on worked solutions: the gsm8k and math adapters keep the source's solution beside the
 final answer, the dataset stores it, SFT trains on it by default, and the SFT cache key follows it."""
 
 import json

@@ -1,0 +1,99 @@
+"""Every file, folder and `essaflow.` module the repository's code and docs cite exists in the repository.
+
+A citation is a path under one of the repository's top-level folders (`docs/algorithms.md`, `essaflow/data/`,
+`tests/unit/test_config.py`, `bench/hard_task.py`, `configs/tiny.yaml`) or a top-level file (README.md, Makefile),
+found in any tracked text file; a dotted `essaflow.storage.manifest` (optionally ending in a name the module
+defines) must name a module of the package (`essaflow.run_id` with one part is an MLflow tag, not a module). Paths
+with placeholders or globs (`runs/<run_id>/`, `configs/essa-*.yaml`) are not citations.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+from functools import cache
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+ROOTS = ("bench", "cli", "configs", "devstack", "docs", "essaflow", "flows", "infra", "tasks", "tests")
+TOP_FILES = ("README.md", "Makefile", "prefect.yaml", "pyproject.toml")
+TEXT = {".py", ".md", ".yaml", ".yml", ".toml", ".cfg", ".txt", ".sh", ".js", ".json", ".ini", ""}
+#: a path under a top-level folder: letters, digits, _ . - and /, ending in a file name or a folder's slash
+PATH = re.compile(rf"(?<![\w./-])(?:{'|'.join(ROOTS)})/[\w./-]*")
+DOTTED = re.compile(r"(?<![\w.])essaflow(?:\.[A-Za-z_]\w*){2,}")
+#: files whose text is not the project's own (vendored, generated, model weights), and this file's counter-examples
+SKIP = ("tests/e2e/browser/package-lock.json", "essaflow/assets/", "tests/unit/test_references.py")
+#: a path followed by one of these is a pattern (a glob, a placeholder, a shell variable), not a file
+GLOB = {"*", "<", "{", "$"}
+#: cited paths that are made where the project is used, never committed
+MADE_BY_USER = {"infra/.env"}  # the stack's credentials (infra/README.md), git-ignored
+
+
+def tracked_files() -> list[Path]:
+    try:
+        out = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+        names = out.split()
+    except (OSError, subprocess.CalledProcessError):  # not a git checkout: every file but the virtual env's
+        names = [
+            str(p.relative_to(REPO)) for p in REPO.rglob("*") if p.is_file() and not {".venv", ".git"} & set(p.parts)
+        ]
+    return [REPO / n for n in names if not n.startswith(SKIP) and Path(n).suffix in TEXT and (REPO / n).is_file()]
+
+
+def cited_paths(text: str) -> set[str]:
+    found = {m.group(0).rstrip(".-") for m in PATH.finditer(text) if text[m.end() : m.end() + 1] not in GLOB}
+    found |= {f for f in TOP_FILES if re.search(rf"(?<![\w/.-]){re.escape(f)}(?![\w-])", text)}
+    return found
+
+
+@cache
+def _module_names(path: Path) -> frozenset[str]:
+    """The names a module defines at its top level (functions, classes, assignments, imports)."""
+    names: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {t.id for t in targets if isinstance(t, ast.Name)}
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+    return frozenset(names)
+
+
+def dotted_exists(dotted: str) -> bool:
+    """`essaflow.a.b` is a module or package, or `essaflow.a.name` a name module `essaflow.a` defines."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        base = REPO.joinpath(*parts[:cut])
+        module = base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
+        if module.is_file():
+            rest = parts[cut:]
+            return not rest or rest[0] in _module_names(module) or (base.is_dir() and (base / rest[0]).exists())
+    return False
+
+
+def test_every_cited_file_exists():
+    missing = []
+    for path in tracked_files():
+        text = path.read_text(errors="replace")
+        for cited in sorted(cited_paths(text) - MADE_BY_USER):
+            if not (REPO / cited).exists():
+                missing.append(f"{path.relative_to(REPO)}: {cited}")
+        for dotted in sorted({m.group(0) for m in DOTTED.finditer(text)}):
+            if not dotted_exists(dotted):
+                missing.append(f"{path.relative_to(REPO)}: {dotted}")
+    assert not missing, "cited but not in the repository:\n" + "\n".join(missing)
+
+
+def test_the_checker_finds_a_missing_citation(tmp_path):
+    assert cited_paths("configs/essa-*.yaml, runs/<id>/, tests/{a,b}.py") == set()
+    assert cited_paths("see docs/algorithms.md sec. 2, and essaflow/data/ or bench/nope.py.") == {
+        "docs/algorithms.md",
+        "essaflow/data/",
+        "bench/nope.py",
+    }
+    assert not (REPO / "bench/nope.py").exists()
+    assert dotted_exists("essaflow.model.identity.model_identity") and dotted_exists("essaflow.storage")
+    assert not dotted_exists("essaflow.model.loading.no_such_name") and not dotted_exists("essaflow.nowhere.x")
