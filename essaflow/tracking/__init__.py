@@ -1,5 +1,6 @@
 """Tracking: MLflow runs, the registered pyfunc model, the promotion gate."""
 
+from essaflow.secrets import safe_uri, scrub  # noqa: F401  (what tracking masks, for its callers)
 from essaflow.tracking.runs import (  # noqa: F401
     EMBED_BASE_MAX_BYTES,
     FAILURE_TAG,
