@@ -8,7 +8,7 @@ from essaflow.config import ConfigError
 from essaflow.data import BadRowsError
 from essaflow.storage import StorageError
 from essaflow.tracking import TrackingError
-from tasks import data, evaluation, model, registry, training
+from tasks import data, evaluation, model, register, training
 from tasks.retry import retry_policy, transient_only
 
 
@@ -52,7 +52,7 @@ def test_every_pipeline_task_declares_the_policy():
         training.train,
         evaluation.evaluate,
         evaluation.evaluate_registered,
-        registry.register,
+        register.register,
     ]
     for t in tasks:
         assert t.retries >= 2 and t.retry_condition_fn is transient_only, t.name
