@@ -40,7 +40,6 @@ def register(
     promotion_metric. The version keeps what predict needs (model, sampling, data's prompt formatting) and the
     protocol its pass@k was measured with (data, eval, sampling)."""
     timer = Timer()
-    metric = promotion_metric
     with timer.part("storage"):
         adapter_dir = fetch_dir(adapter.uri, adapter.digest)
         reports = {before.label: read_eval_report(before), after.label: read_eval_report(after)}
@@ -72,8 +71,8 @@ def register(
             base.local_path,
             sampling,
             tags,
-            metric,
-            after.summary[metric],
+            promotion_metric,
+            after.summary[promotion_metric],
             data=data,
         )
     get_run_logger().info("registered %s v%s: %s", reg.name, reg.version, reg.decision)
