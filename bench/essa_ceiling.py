@@ -42,7 +42,8 @@ def main() -> None:
     torch.set_num_threads(1)
     cfg = load_config(args.config, args.set)
     splits = prepare_splits(cfg.data)
-    model, tok = load_model_with_adapter(cfg.model, cached_sft_adapter(cfg, splits))
+    sft = cached_sft_adapter(cfg.model, cfg.sft, splits, cfg.data.prompt_format())
+    model, tok = load_model_with_adapter(cfg.model, sft)
     svd = SVDLoRA(model, cfg.essa.alpha)
     names = {id(p): n for n, p in model.named_parameters()}
     factors = [(names[id(f.weight)], f) for f in svd._factors]  # noqa: SLF001 (a bench reads the internals)

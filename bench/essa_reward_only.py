@@ -53,7 +53,7 @@ def main() -> None:
     args = ap.parse_args()
     base = load_config(args.config, ["essa.eval_every=0", "essa.checkpoint_every=0"])
     splits = prepare_splits(base.data)
-    sft = cached_sft_adapter(base, splits)
+    sft = cached_sft_adapter(base.model, base.sft, splits, base.data.prompt_format())
     before = evaluate_output(base.model, sft, "lora", splits.eval, base.eval, base.sampling)
     print(f"SFT start: greedy {before.greedy:.3f}  pass@1 {before.pass_at_k['1']:.3f}", flush=True)
     rows = []

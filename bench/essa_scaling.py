@@ -89,7 +89,7 @@ def main() -> None:
     cfg = load_config(args.config, args.set)
     e = cfg.essa
     splits = prepare_splits(cfg.data)
-    adapter = cached_sft_adapter(cfg, splits)
+    adapter = cached_sft_adapter(cfg.model, cfg.sft, splits, cfg.data.prompt_format())
     model, _ = load_model_with_adapter(cfg.model, adapter)
     svd = SVDLoRA(model, e.alpha)
     lora_params = sum(p.numel() for n, p in model.named_parameters() if "lora_" in n)

@@ -239,7 +239,7 @@ def main() -> int:
         return 2
     cfg = load_config(args.config, [])
     splits = prepare_splits(cfg.data)
-    adapter = cached_sft_adapter(cfg, splits)
+    adapter = cached_sft_adapter(cfg.model, cfg.sft, splits, cfg.data.prompt_format())
     name = torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu"
     print(json.dumps({"device": name, "torch": torch.__version__}), flush=True)
     failed = 0

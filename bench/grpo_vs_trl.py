@@ -130,7 +130,7 @@ def main() -> None:
         raise SystemExit("the comparison is defined for loss=grpo, mini_batches=1, kl_beta=0")
     torch.set_num_threads(cfg.model.torch_threads)
     splits = prepare_splits(cfg.data)
-    sft = cached_sft_adapter(cfg, splits)
+    sft = cached_sft_adapter(cfg.model, cfg.sft, splits, cfg.data.prompt_format())
     with tempfile.TemporaryDirectory() as tmp:
         before = held_out(load_adapter(load_base_model(cfg.model), sft), load_tokenizer(cfg.model), splits.eval, cfg)
         ours = run_ours(cfg, splits, sft, Path(tmp) / "ours")

@@ -23,7 +23,7 @@ def main() -> None:
     cfg = load_config(args.config, args.set)
     splits = prepare_splits(cfg.data)
     t0 = time.perf_counter()
-    sft = cached_sft_adapter(cfg, splits)
+    sft = cached_sft_adapter(cfg.model, cfg.sft, splits, cfg.data.prompt_format())
     sft_s = time.perf_counter() - t0
     row = {"set": args.set, "sizes": [len(splits.sft), len(splits.train), len(splits.eval)],
            "sft_s": round(sft_s, 1), "load": os.getloadavg()[0]}  # fmt: skip

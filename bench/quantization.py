@@ -189,7 +189,7 @@ def main() -> None:
     splits = prepare_splits(cfg.data)
     summary = {}
     if "tiny" in args.models:
-        adapter = cached_sft_adapter(cfg, splits)
+        adapter = cached_sft_adapter(cfg.model, cfg.sft, splits, cfg.data.prompt_format())
         label = "a: builtin:tiny + SFT adapter"
         summary["tiny"] = bench_model(label, cfg, splits, adapter, args, True, args.candidates)
     if "large" in args.models:

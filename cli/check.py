@@ -36,7 +36,7 @@ def check_config(
     if inputs:
         from essaflow.input_check import check_inputs
 
-        report = check_inputs(cfg)
+        report = check_inputs(cfg.model, cfg.data)
         for note in report.notes:
             typer.echo(note, err=True)
         for problem in report.problems:
@@ -47,11 +47,11 @@ def check_config(
         from essaflow.cluster import ClusterCapacityError, describe_cluster
         from essaflow.cluster.preflight import check_training_fits, joins_existing_cluster
 
-        if not joins_existing_cluster(cfg):
+        if not joins_existing_cluster(cfg.ray_address):
             typer.echo("no cluster to check: neither ray_address nor RAY_ADDRESS is set (a local Ray starts)", err=True)
         else:
             try:
-                request = check_training_fits(cfg)
+                request = check_training_fits(cfg.method, cfg.essa, cfg.grpo, cfg.ray_address)
             except ClusterCapacityError as err:
                 typer.echo(f"error: ClusterCapacityError: {err}", err=True)
                 raise typer.Exit(1) from None

@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from essaflow.config import PipelineConfig
+from essaflow.config import DataConfig, ModelConfig
 from essaflow.data import DataError, read_problems
 from essaflow.storage.hub import is_hub_id
 
@@ -26,11 +26,12 @@ class InputReport:
     notes: list[str] = field(default_factory=list)
 
 
-def check_inputs(cfg: PipelineConfig) -> InputReport:
+def check_inputs(model: ModelConfig, data: DataConfig) -> InputReport:
+    """The model and data a config names: each problem names its field."""
     report = InputReport()
-    _check_model(cfg.model.name_or_path, report)
-    _check_chat_template(cfg, report)
-    _check_data(cfg, report)
+    _check_model(model.name_or_path, report)
+    _check_chat_template(model, data, report)
+    _check_data(data, report)
     return report
 
 
@@ -44,13 +45,13 @@ def _has_chat_template(checkpoint: Path) -> bool:
         return False
 
 
-def _check_chat_template(cfg: PipelineConfig, report: InputReport) -> None:
+def _check_chat_template(model: ModelConfig, data: DataConfig, report: InputReport) -> None:
     """data.chat_template=always needs a tokenizer with a template: say so now, not at the first prompt."""
     from essaflow.model.loading import BUILTIN_TINY
 
-    if cfg.data.chat_template != "always":
+    if data.chat_template != "always":
         return
-    name = cfg.model.name_or_path
+    name = model.name_or_path
     local = Path(name).expanduser()
     if name == BUILTIN_TINY or (local.is_dir() and (local / "config.json").is_file() and not _has_chat_template(local)):
         report.problems.append(
@@ -95,8 +96,7 @@ def _check_model(name: str, report: InputReport) -> None:
         report.notes.append(f"{where}: hub id {name} (spelling checked; not resolved offline)")
 
 
-def _check_data(cfg: PipelineConfig, report: InputReport) -> None:
-    data = cfg.data
+def _check_data(data: DataConfig, report: InputReport) -> None:
     if data.source == "synthetic":
         report.notes.append("data: the built-in synthetic task")
         return

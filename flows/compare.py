@@ -41,8 +41,9 @@ def compare(config: CompareConfig = _preset()) -> dict[str, Any]:
     task = task_config(config)
     dataset = prepare_dataset(task.data, parent.storage_uri)
     build_base_model(task.model)
-    sft = warm_start(task, dataset, parent)
-    start = evaluate.with_options(task_run_name="evaluate-sft")(task, dataset, sft, "sft", parent)
+    sft = warm_start(task.data, task.model, task.sft, task.adapter_uri, dataset, parent)
+    evaluate_sft = evaluate.with_options(task_run_name="evaluate-sft")
+    start = evaluate_sft(task.data, task.model, task.sampling, task.eval, dataset, sft, "sft", parent)
     results = [run_arm(arm, dataset, sft, start, parent) for arm in config.arms()]
     return write_report(config, parent, start, results)
 
@@ -50,8 +51,10 @@ def compare(config: CompareConfig = _preset()) -> dict[str, Any]:
 def run_arm(arm: Arm, dataset: DatasetRef, sft: AdapterRef, start: EvalRef, parent: RunRef) -> ArmResult:
     """One method with one seed, from the shared SFT start, in its own child MLflow run."""
     run = open_arm(parent, arm)
-    tuned = train.with_options(task_run_name=f"train-{arm.name}")(arm.config, dataset, sft, run)
-    after = evaluate.with_options(task_run_name=f"evaluate-{arm.name}")(arm.config, dataset, tuned, "tuned", run)
+    c = arm.config
+    tuned = train.with_options(task_run_name=f"train-{arm.name}")(c, dataset, sft, run)
+    evaluate_arm = evaluate.with_options(task_run_name=f"evaluate-{arm.name}")
+    after = evaluate_arm(c.data, c.model, c.sampling, c.eval, dataset, tuned, "tuned", run)
     return close_arm(run, arm, tuned, after, start)
 
 

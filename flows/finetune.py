@@ -1,7 +1,8 @@
 """The main pipeline: data -> baseline pass@k -> SFT warm start -> ESSA or F-GRPO -> pass@k -> registry.
 
-Each stage is a task that writes its artifact to storage and returns a small reference; a failed stage is retried
-(training resumes from its last checkpoint), and the same dataset config is a cache hit. A flow retry keeps the run
+Each stage is a task that takes its own config sections and the references earlier stages returned, writes its
+artifact to storage and returns a small reference; a failed stage is retried (training resumes from its last
+checkpoint), and the same dataset config is a cache hit. A flow retry keeps the run
 id, and `resume` continues a failed run, so both pick up the run's newest checkpoint.
 """
 
@@ -29,14 +30,17 @@ def finetune(config: PipelineConfig = PipelineConfig(), resume: str | None = Non
         resume: Continue a failed run from its newest checkpoint: its run id, or "last" (the newest failed run of
             this pipeline). Refused if the config differs in a field the run's trajectory depends on.
     """
-    run = open_run(config, resume)  # storage and MLflow reachable, credentials accepted; else fail before compute
+    run = open_run(config, resume)  # the run's record: the whole config; storage and MLflow checked before compute
     dataset = prepare_dataset(config.data, run.storage_uri)
     base = build_base_model(config.model)
-    before = evaluate(config, dataset, None, "base", run)
-    sft = warm_start(config, dataset, run)
-    tuned = train(config, dataset, sft, run)
-    after = evaluate(config, dataset, tuned, "tuned", run)
-    model = register(config, dataset, base, tuned, before, after, run)
+    before = evaluate(config.data, config.model, config.sampling, config.eval, dataset, None, "base", run)
+    sft = warm_start(config.data, config.model, config.sft, config.adapter_uri, dataset, run)
+    tuned = train(config, dataset, sft, run)  # the trainers take the pipeline config (method_trajectory's sections)
+    after = evaluate(config.data, config.model, config.sampling, config.eval, dataset, tuned, "tuned", run)
+    model = register(
+        config.promotion_metric, config.data, config.model, config.sampling, config.eval,
+        dataset, base, tuned, before, after, run,
+    )  # fmt: skip
     return close_run(run, dataset, base, sft, tuned, before, after, model)
 
 

@@ -13,7 +13,7 @@ from tasks.data import prepare_dataset
 @flow(name="prepare")
 def prepare(data: DataConfig = DataConfig(), storage_uri: str = PipelineConfig().storage_uri) -> DatasetRef:
     """Prepare the dataset named by `data` in the store at `storage_uri`."""
-    root = check_storage(storage_uri_for(PipelineConfig(storage_uri=storage_uri)))
+    root = check_storage(storage_uri_for(storage_uri))
     return prepare_dataset(data, root)
 
 

@@ -30,7 +30,7 @@ from essaflow.compare.results import (
     plain_grpo,
 )
 from essaflow.compare.scaling import compare_projection
-from essaflow.config import PipelineConfig
+from essaflow.config import ESSAConfig, GRPOConfig, PipelineConfig
 from essaflow.projection.runs import RunMetrics
 from essaflow.refs import AdapterRef, EvalRef, RunRef
 from essaflow.storage import open_store
@@ -50,7 +50,7 @@ def task_config(cfg: CompareConfig) -> PipelineConfig:
 def open_comparison(cfg: CompareConfig) -> RunRef:
     """Storage and MLflow reachable (else fail before compute), then the parent MLflow run."""
     run_id = flow_run.get_id() or uuid.uuid4().hex
-    storage_uri = check_storage(storage_uri_for(task_config(cfg)))  # ESSAFLOW_STORAGE_URI wins, as for finetune
+    storage_uri = check_storage(storage_uri_for(cfg.task.storage_uri))  # ESSAFLOW_STORAGE_URI wins, as for finetune
     tracking_uri = tracking.resolve_tracking_uri(cfg.task.tracking_uri)
     tracking.check_tracking(tracking_uri)
     failures.RUN_IDS[str(flow_run.get_id())] = run_id
@@ -77,6 +77,7 @@ def open_comparison(cfg: CompareConfig) -> RunRef:
 def open_arm(parent: RunRef, arm: Arm) -> RunRef:
     """The arm's child MLflow run (nested under the parent; a retry finds the same one) and its storage prefix."""
     run_id = f"{parent.run_id}-{arm.name}"
+    c = arm.config
     tags = {
         "mlflow.parentRunId": parent.mlflow_run_id,
         "mlflow.runName": arm.name,
@@ -84,7 +85,7 @@ def open_arm(parent: RunRef, arm: Arm) -> RunRef:
         "essaflow.method": arm.config.method,
         "essaflow.compare_method": arm.method,
         "essaflow.seed": arm.seed,
-        **{f"essaflow.{k}": v for k, v in method_tags(arm.config).items()},
+        **{f"essaflow.{k}": v for k, v in method_tags(c.method, c.essa, c.grpo).items()},
         "essaflow.run_uri": f"{parent.storage_uri.rstrip('/')}/runs/{run_id}",
     }
     mlrun = tracking.open_run(arm.config, parent.tracking_uri, run_id, tags)
@@ -136,15 +137,16 @@ def _projection_runs(cfg: CompareConfig, arms: list[ArmResult], parent: RunRef) 
             continue
         first = next(a for a in arms if a.method == name)
         run = parent.model_copy(update={"run_id": first.run_id})
-        out[key] = RunMetrics(key, _rows(run), _unrecorded_settings(cfg.arm_config(specs[name], first.seed)))
+        c = cfg.arm_config(specs[name], first.seed)
+        out[key] = RunMetrics(key, _rows(run), _unrecorded_settings(c.method, c.essa, c.grpo))
     return out
 
 
-def _unrecorded_settings(c: PipelineConfig) -> dict[str, int]:
+def _unrecorded_settings(method: str, essa: ESSAConfig, grpo: GRPOConfig) -> dict[str, int]:
     """What the latency model needs that the rows do not record (essaflow/projection/runs.py)."""
-    if c.method == "essa":
-        return {"workers": c.essa.workers.count, "population": c.essa.population, "minibatch": c.essa.minibatch}
-    return {"workers": c.grpo.workers.count, "mini_batches": c.grpo.mini_batches}
+    if method == "essa":
+        return {"workers": essa.workers.count, "population": essa.population, "minibatch": essa.minibatch}
+    return {"workers": grpo.workers.count, "mini_batches": grpo.mini_batches}
 
 
 @task(

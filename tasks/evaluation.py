@@ -10,7 +10,7 @@ from prefect.artifacts import create_table_artifact
 
 from essaflow import tracking
 from essaflow.artifacts import fetch_dir, publish_eval, read_dataset
-from essaflow.config import EvalConfig, ModelConfig, PipelineConfig, SamplingConfig
+from essaflow.config import DataConfig, EvalConfig, ModelConfig, SamplingConfig
 from essaflow.generation.prompt_format import PromptFormat
 from essaflow.refs import AdapterRef, DatasetRef, EvalRef, RunRef
 from essaflow.storage import open_store
@@ -36,23 +36,30 @@ def _table(ref: EvalRef) -> list[dict]:
     on_completion=[record_stage],
 )
 def evaluate(
-    config: PipelineConfig, dataset: DatasetRef, adapter: AdapterRef | None, label: str, run: RunRef
+    data: DataConfig,
+    model: ModelConfig,
+    sampling: SamplingConfig,
+    eval_cfg: EvalConfig,
+    dataset: DatasetRef,
+    adapter: AdapterRef | None,
+    label: str,
+    run: RunRef,
 ) -> EvalRef:
-    """pass@k on the eval split (same samples budget and seed for every label), stored under runs/<id>/eval/."""
+    """pass@k on the eval split (same samples budget and seed for every label), stored under runs/<id>/eval/.
+
+    data: the prompt formatting; model: the base the adapter (None: the base alone) sits on."""
     timer = Timer()
     with timer.part("storage"):
         splits = read_dataset(dataset)
         adapter_dir = fetch_dir(adapter.uri, adapter.digest) if adapter is not None else None
     with timer.part("compute"):
-        fmt = config.data.prompt_format()
+        fmt = data.prompt_format()
         if adapter_dir is None:
-            report = evaluate_adapter(config.model, None, splits.eval, config.eval, config.sampling, fmt)
+            report = evaluate_adapter(model, None, splits.eval, eval_cfg, sampling, fmt)
         else:
-            report = evaluate_output(
-                config.model, adapter_dir, adapter.output_kind, splits.eval, config.eval, config.sampling, fmt
-            )
+            report = evaluate_output(model, adapter_dir, adapter.output_kind, splits.eval, eval_cfg, sampling, fmt)
     with timer.part("storage"):
-        ref = publish_eval(open_store(run.storage_uri), run, label, report, _protocol(config.eval, config.sampling))
+        ref = publish_eval(open_store(run.storage_uri), run, label, report, _protocol(eval_cfg, sampling))
     with timer.part("tracking"):
         tracking.log_eval(tracked(run), label, report)
     create_table_artifact(_table(ref), key=f"passk-{label}", description=f"pass@k of {label} ({ref.uri})")

@@ -8,11 +8,11 @@ from prefect import get_run_logger, task
 
 from essaflow import tracking
 from essaflow.artifacts import fetch_dir, read_eval_report
-from essaflow.config import PipelineConfig
+from essaflow.config import DataConfig, EvalConfig, ModelConfig, SamplingConfig
 from essaflow.refs import AdapterRef, DatasetRef, EvalRef, ModelRef, RegisteredRef, RunRef
 from essaflow.timing import Timer
 from essaflow.tracking.protocol import protocol_tags
-from essaflow.training.run import method_tags
+from essaflow.training.run import trained_method_tags
 from tasks.retry import retry_policy
 from tasks.run import record_stage, tracked
 
@@ -24,7 +24,11 @@ from tasks.run import record_stage, tracked
     on_completion=[record_stage],
 )
 def register(
-    config: PipelineConfig,
+    promotion_metric: str,
+    data: DataConfig,
+    model: ModelConfig,
+    sampling: SamplingConfig,
+    eval_cfg: EvalConfig,
     dataset: DatasetRef,
     base: ModelRef,
     adapter: AdapterRef,
@@ -32,25 +36,26 @@ def register(
     after: EvalRef,
     run: RunRef,
 ) -> RegisteredRef:
-    """Register the tuned adapter (idempotent per run); champion only if it beats the current one."""
+    """Register the tuned adapter as `run.name` (idempotent per run); champion only if it beats the current one on
+    promotion_metric. The version keeps what predict needs (model, sampling, data's prompt formatting) and the
+    protocol its pass@k was measured with (data, eval, sampling)."""
     timer = Timer()
-    metric = config.promotion_metric
     with timer.part("storage"):
         adapter_dir = fetch_dir(adapter.uri, adapter.digest)
         reports = {before.label: read_eval_report(before), after.label: read_eval_report(after)}
     tags = {
-        "method": config.method,
-        **method_tags(config),
-        "base_model": config.model.name_or_path,
+        "method": adapter.kind,
+        **trained_method_tags(adapter),
+        "base_model": model.name_or_path,
         "dataset_hash": dataset.hash,
         "dataset_uri": dataset.uri,
         "adapter_uri": adapter.uri,
         "adapter_digest": adapter.digest,
         "pass_at_k": json.dumps({k: round(v, 4) for k, v in after.summary.items()}),
         "baseline_pass_at_k": json.dumps({k: round(v, 4) for k, v in before.summary.items()}),
-        "eval_protocol": f"n={after.samples_per_problem} problems={after.num_problems} seed={config.eval.seed}",
+        "eval_protocol": f"n={after.samples_per_problem} problems={after.num_problems} seed={eval_cfg.seed}",
         # what `essaflow eval --model NAME` re-evaluates on by default (essaflow.tracking.protocol)
-        **protocol_tags(config),
+        **protocol_tags(data, eval_cfg, sampling),
         "git_commit": tracking.git_commit(),
         "storage_run_uri": f"{run.storage_uri.rstrip('/')}/{run.run_prefix}",
         "prefect.flow_run_id": run.flow_run_id or "",
@@ -60,15 +65,15 @@ def register(
         reg = tracking.register_adapter(
             tracked(run),
             run.run_id,
-            config.name,
+            run.name,
             adapter_dir,
-            config.model,
+            model,
             base.local_path,
-            config.sampling,
+            sampling,
             tags,
-            metric,
-            after.summary[metric],
-            data=config.data,
+            promotion_metric,
+            after.summary[promotion_metric],
+            data=data,
         )
     get_run_logger().info("registered %s v%s: %s", reg.name, reg.version, reg.decision)
     return RegisteredRef(

@@ -64,6 +64,8 @@ def open_run(config: PipelineConfig, resume: str | None = None) -> RunRef:
     """Preflight (storage and MLflow reachable, credentials accepted, a joined Ray cluster large enough for the
     training workers) before any compute, then the MLflow run.
 
+    The whole pipeline config: it is the run's record (the MLflow params, and what a resume is checked against).
+
     The run id is the flow run's (a flow retry keeps it), or with `resume` (a run id, or `last` for the newest
     failed run of this pipeline) the id of the run to continue, once its recorded config is found compatible.
     No retries: an unreachable server or a rejected credential is reported at once, naming the URI.
@@ -72,7 +74,7 @@ def open_run(config: PipelineConfig, resume: str | None = None) -> RunRef:
     started_at = time.time()
     run_id = flow_run.get_id() or uuid.uuid4().hex
     with timer.part("storage"):
-        storage_uri = check_storage(storage_uri_for(config))
+        storage_uri = check_storage(storage_uri_for(config.storage_uri))
     with timer.part("tracking"):
         tracking_uri = tracking.resolve_tracking_uri(config.tracking_uri)
         tracking.check_tracking(tracking_uri)
@@ -83,13 +85,14 @@ def open_run(config: PipelineConfig, resume: str | None = None) -> RunRef:
             get_run_logger().info("resuming run %s from its newest checkpoint", run_id)
         failures.RUN_IDS[str(flow_run.get_id())] = run_id
         record_run(store, run_id, config)
-    request = check_training_fits(config)  # joining a cluster: its nodes can hold the training workers
+    # joining a cluster: its nodes can hold the training workers
+    request = check_training_fits(config.method, config.essa, config.grpo, config.ray_address)
     if request is not None:
         get_run_logger().info("Ray cluster can hold the training workers: %s", request)
     with timer.part("tracking"):
         tags = {
             "essaflow.method": config.method,
-            **{f"essaflow.{k}": v for k, v in method_tags(config).items()},
+            **{f"essaflow.{k}": v for k, v in method_tags(config.method, config.essa, config.grpo).items()},
             "essaflow.storage_uri": storage_uri,
             "essaflow.run_uri": f"{storage_uri.rstrip('/')}/runs/{run_id}",
             "essaflow.git_commit": tracking.git_commit(),

@@ -18,7 +18,7 @@ from prefect import get_run_logger, task
 
 from essaflow import tracking
 from essaflow.artifacts import fetch_dir, local_digest, manifest_digest, publish_dir, read_dataset
-from essaflow.config import PipelineConfig
+from essaflow.config import DataConfig, ModelConfig, PipelineConfig, SFTConfig
 from essaflow.model.tiny import cache_root
 from essaflow.refs import AdapterRef, DatasetRef, RunRef
 from essaflow.storage import StorageError, open_store
@@ -33,9 +33,8 @@ from tasks.retry import retry_policy
 from tasks.run import record_stage, tracked
 
 
-def _given_adapter(config: PipelineConfig, store: Any) -> AdapterRef:
-    """config.adapter_uri: an essaflow artifact (with manifest) is used in place; a plain directory is published."""
-    uri = config.adapter_uri or ""
+def _given_adapter(uri: str, store: Any) -> AdapterRef:
+    """adapter_uri: an essaflow artifact (with manifest) is used in place; a plain directory is published."""
     if uri.startswith("s3://") or (Path(uri.removeprefix("file://")) / "manifest.json").exists():
         src = open_store(uri)
         return AdapterRef(uri=src.uri, digest=manifest_digest(src.read_manifest("")), kind="given")
@@ -52,17 +51,20 @@ def _given_adapter(config: PipelineConfig, store: Any) -> AdapterRef:
     **retry_policy(),
     on_completion=[record_stage],
 )
-def warm_start(config: PipelineConfig, dataset: DatasetRef, run: RunRef) -> AdapterRef:
-    """LoRA SFT on the SFT split (ESSA-v3 sec. 3.2), stored once per (model, SFT config, SFT data) hash."""
+def warm_start(
+    data: DataConfig, model: ModelConfig, sft: SFTConfig, adapter_uri: str | None, dataset: DatasetRef, run: RunRef
+) -> AdapterRef:
+    """LoRA SFT on the SFT split (ESSA-v3 sec. 3.2), stored once per (model, SFT config, SFT data) hash; the
+    adapter at adapter_uri instead when one is given. data: the prompt formatting SFT trains with."""
     timer = Timer()
     store = open_store(run.storage_uri)
-    if config.adapter_uri:
+    if adapter_uri:
         with timer.part("storage"):
-            ref = _given_adapter(config, store)
+            ref = _given_adapter(adapter_uri, store)
         return ref.model_copy(update={"stage": "warm_start", "timings": timer.timings()})
     with timer.part("storage"):
         splits = read_dataset(dataset)
-        prefix = f"adapters/sft/{sft_key(config.model, config.sft, splits.sft)}"
+        prefix = f"adapters/sft/{sft_key(model, sft, splits.sft)}"
         try:
             uri, digest = store.url(prefix), manifest_digest(store.read_manifest(prefix))
             get_run_logger().info("SFT adapter already in storage: %s", uri)
@@ -72,12 +74,10 @@ def warm_start(config: PipelineConfig, dataset: DatasetRef, run: RunRef) -> Adap
             uri = None
     if uri is None:
         with timer.part("compute"):
-            local = cached_sft_adapter(config, splits)
+            local = cached_sft_adapter(model, sft, splits, data.prompt_format())
         with timer.part("storage"):
             uri, digest = publish_dir(store, prefix, local)
-    return AdapterRef(
-        uri=uri, digest=digest, kind="sft", steps=config.sft.steps, stage="warm_start", timings=timer.timings()
-    )
+    return AdapterRef(uri=uri, digest=digest, kind="sft", steps=sft.steps, stage="warm_start", timings=timer.timings())
 
 
 #: what the progress line shows of a metrics row: ESSA's fitness, ties and step size; GRPO's reward; held-out accuracy
@@ -91,7 +91,10 @@ PROGRESS_KEYS = ("fitness_mean", "tie_share", "sigma", "reward_mean", "zero_vari
     on_completion=[record_stage],
 )
 def train(config: PipelineConfig, dataset: DatasetRef, sft: AdapterRef, run: RunRef) -> AdapterRef:
-    """ESSA or F-GRPO from the SFT adapter (essaflow.training.run.train); checkpoints go to storage as written."""
+    """ESSA or F-GRPO from the SFT adapter (essaflow.training.run.train); checkpoints go to storage as written.
+
+    The whole pipeline config: the trainers take it (each reads its method's section and the sections its scorer
+    or rollouts use, essaflow.config.method_trajectory)."""
     timer = Timer()
     store = open_store(run.storage_uri)
     with timer.part("storage"):
@@ -134,7 +137,7 @@ def train(config: PipelineConfig, dataset: DatasetRef, sft: AdapterRef, run: Run
         uri=trained.uri,
         digest=trained.digest,
         kind=config.method,
-        **method_tags(config),
+        **method_tags(config.method, config.essa, config.grpo),
         output_kind=result.output_kind,
         steps=result.steps,
         resumed_from=result.resumed_from,

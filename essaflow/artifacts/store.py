@@ -8,15 +8,15 @@ from essaflow.config import PipelineConfig
 from essaflow.storage import open_store
 
 
-def storage_uri_for(cfg: PipelineConfig) -> str:
-    """cfg.storage_uri, except that the built-in default yields to ESSAFLOW_STORAGE_URI when that is set.
+def storage_uri_for(storage_uri: str) -> str:
+    """The configured storage_uri, except that the built-in default yields to ESSAFLOW_STORAGE_URI when set.
 
     (A UI form or a deployment sends every field, so "left at the default" is the only signal we get.)
     """
     default = PipelineConfig.model_fields["storage_uri"].default
-    if cfg.storage_uri == default and os.environ.get("ESSAFLOW_STORAGE_URI"):
+    if storage_uri == default and os.environ.get("ESSAFLOW_STORAGE_URI"):
         return os.environ["ESSAFLOW_STORAGE_URI"]
-    return cfg.storage_uri
+    return storage_uri
 
 
 def check_storage(uri: str, retry_timeout: float = 2.0) -> str:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from essaflow import cluster
-from essaflow.config import PipelineConfig
+from essaflow.config import ESSAConfig, GRPOConfig
 
 
 @dataclass(frozen=True)
@@ -35,44 +35,46 @@ class TrainingRequest:
         return f"{self.workers} x {{CPU: {self.cpus:g}, GPU: {self.gpus:g}}} ({self.strategy})"
 
 
-def essa_request(cfg: PipelineConfig, cluster_has_gpus: bool) -> TrainingRequest:
+def essa_request(essa: ESSAConfig, cluster_has_gpus: bool) -> TrainingRequest:
     """ESSA's population workers: essa.workers.gpus unset = one whole GPU each where the cluster has GPUs."""
-    w = cfg.essa.workers
+    w = essa.workers
     gpus = w.gpus if w.gpus is not None else (1.0 if cluster_has_gpus else 0.0)
     return TrainingRequest(w.count, w.cpus, gpus, w.placement_strategy)
 
 
-def grpo_request(cfg: PipelineConfig, cluster_has_gpus: bool) -> TrainingRequest:
+def grpo_request(grpo: GRPOConfig, cluster_has_gpus: bool) -> TrainingRequest:
     """F-GRPO's Ray Train ranks: one whole GPU each with device=cuda, or auto on a cluster with GPUs."""
-    g = cfg.grpo
-    use_gpu = g.device == "cuda" or (g.device == "auto" and cluster_has_gpus)
-    return TrainingRequest(g.workers.count, g.workers.cpus, 1.0 if use_gpu else 0.0, g.workers.placement_strategy)
+    use_gpu = grpo.device == "cuda" or (grpo.device == "auto" and cluster_has_gpus)
+    w = grpo.workers
+    return TrainingRequest(w.count, w.cpus, 1.0 if use_gpu else 0.0, w.placement_strategy)
 
 
-def training_request(cfg: PipelineConfig, cluster_has_gpus: bool) -> TrainingRequest | None:
-    """The workers of cfg's training on a cluster with (or without) GPUs; None when training does not use Ray."""
-    if cfg.method == "essa" and cfg.essa.backend == "ray":
-        return essa_request(cfg, cluster_has_gpus)
-    if cfg.method == "fgrpo" and (cfg.grpo.workers.count > 1 or cfg.grpo.ray_for_single_worker):
-        return grpo_request(cfg, cluster_has_gpus)
+def training_request(method: str, essa: ESSAConfig, grpo: GRPOConfig, cluster_has_gpus: bool) -> TrainingRequest | None:
+    """The workers `method`'s training asks for on a cluster with (or without) GPUs; None when it uses no Ray."""
+    if method == "essa" and essa.backend == "ray":
+        return essa_request(essa, cluster_has_gpus)
+    if method == "fgrpo" and (grpo.workers.count > 1 or grpo.ray_for_single_worker):
+        return grpo_request(grpo, cluster_has_gpus)
     return None
 
 
-def joins_existing_cluster(cfg: PipelineConfig) -> bool:
-    """True when training will join a running cluster rather than start a local Ray."""
-    address = cfg.ray_address or os.environ.get("RAY_ADDRESS") or "local"
+def joins_existing_cluster(ray_address: str | None) -> bool:
+    """True when training will join a running cluster (ray_address, else RAY_ADDRESS) rather than start a local Ray."""
+    address = ray_address or os.environ.get("RAY_ADDRESS") or "local"
     return address != "local"
 
 
-def check_training_fits(cfg: PipelineConfig) -> TrainingRequest | None:
+def check_training_fits(
+    method: str, essa: ESSAConfig, grpo: GRPOConfig, ray_address: str | None
+) -> TrainingRequest | None:
     """Connect to the run's cluster and raise ClusterCapacityError if its training workers can never be placed.
 
     Returns the checked request (None when nothing was checked: no Ray in training, or a new local Ray).
     """
-    if not joins_existing_cluster(cfg) or training_request(cfg, cluster_has_gpus=False) is None:
+    if not joins_existing_cluster(ray_address) or training_request(method, essa, grpo, cluster_has_gpus=False) is None:
         return None
-    cluster.connect(cfg.ray_address, log_to_driver=False)
-    return check_fits(lambda has_gpus: training_request(cfg, has_gpus))
+    cluster.connect(ray_address, log_to_driver=False)
+    return check_fits(lambda has_gpus: training_request(method, essa, grpo, has_gpus))
 
 
 def check_fits(make_request: Callable[[bool], TrainingRequest | None]) -> TrainingRequest | None:

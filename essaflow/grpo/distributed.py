@@ -102,7 +102,7 @@ def run_on_ray(cfg: PipelineConfig, splits: Splits, start: Path, out_dir: Path, 
     g = cfg.grpo
     # device=auto follows the cluster, not the driver: a CPU-only driver pod still trains on the GPU nodes
     # Ray Train waits without end for resources the cluster lacks: say so now, naming what it has
-    request = check_fits(lambda has_gpus: grpo_request(cfg, has_gpus))
+    request = check_fits(lambda has_gpus: grpo_request(g, has_gpus))
     use_gpu = request.gpus > 0
     per_worker = request.bundle
     # The relay lives on the head node: a lost worker node must not take rank 0's reports with it. (Not "beside

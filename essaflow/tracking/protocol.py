@@ -10,15 +10,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from essaflow.config import PipelineConfig
+from essaflow.config import DataConfig, EvalConfig, SamplingConfig
 
 PROTOCOL_TAGS = {"data": "essaflow.data_config", "eval": "essaflow.eval_config", "sampling": "essaflow.sampling_config"}
 """Config section -> the model version tag holding it as JSON."""
 
 
-def protocol_tags(cfg: PipelineConfig) -> dict[str, str]:
-    """The version tags recording cfg's data, eval and sampling sections (JSON)."""
-    return {tag: json.dumps(getattr(cfg, section).model_dump(mode="json"), sort_keys=True)
+def protocol_tags(data: DataConfig, eval_cfg: EvalConfig, sampling: SamplingConfig) -> dict[str, str]:
+    """The version tags recording the run's data, eval and sampling sections (JSON)."""
+    sections = {"data": data, "eval": eval_cfg, "sampling": sampling}
+    return {tag: json.dumps(sections[section].model_dump(mode="json"), sort_keys=True)
             for section, tag in PROTOCOL_TAGS.items()}  # fmt: skip
 
 

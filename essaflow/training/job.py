@@ -22,7 +22,7 @@ from essaflow.model.tiny import cache_root
 from essaflow.storage import open_store
 from essaflow.training.contract import TrainCallbacks
 from essaflow.training.run import RunStorage, method_label, method_tags, train
-from essaflow.training.warm_start import cached_sft_adapter, evaluate_output, prepare_splits
+from essaflow.training.warm_start import evaluate_output, prepare_splits, sft_start
 
 HEADLINE = ("greedy", "pass@1", "pass@8")
 
@@ -60,11 +60,11 @@ def _progress_line(cfg: PipelineConfig, row: dict[str, Any]) -> str | None:
 
 def run_training_job(cfg: PipelineConfig) -> dict[str, Any]:
     """The whole job on cfg (cfg.method essa or fgrpo); returns the JSON-able summary the CLI prints last."""
-    start, label = time.perf_counter(), method_label(cfg)
+    start, label = time.perf_counter(), method_label(cfg.method, cfg.essa, cfg.grpo)
     splits = prepare_splits(cfg.data)
     _progress(f"{label}: {len(splits.train)} train / {len(splits.eval)} eval problems")
-    sft = cached_sft_adapter(cfg, splits)
     fmt = cfg.data.prompt_format()
+    sft = sft_start(cfg.adapter_uri, cfg.model, cfg.sft, splits, fmt)
     before = evaluate_output(cfg.model, sft, "lora", splits.eval, cfg.eval, cfg.sampling, fmt)
     _progress(f"before (SFT start {sft}): {_headline(before)}")
 
@@ -89,7 +89,7 @@ def run_training_job(cfg: PipelineConfig) -> dict[str, Any]:
     evals = [m for m in result.metrics if "eval_greedy" in m]
     return {
         "method": label,
-        **method_tags(cfg),
+        **method_tags(cfg.method, cfg.essa, cfg.grpo),
         "before": _headline(before),
         "after": _headline(after),
         "before_pass_at_k": before.pass_at_k,

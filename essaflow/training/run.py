@@ -18,33 +18,46 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from essaflow.artifacts import publish_dir, restore_checkpoint, sync_checkpoint
-from essaflow.config import PipelineConfig
+from essaflow.config import ESSAConfig, GRPOConfig, PipelineConfig
 from essaflow.data import Splits
+from essaflow.refs import AdapterRef
 from essaflow.storage import ArtifactStore
 from essaflow.training.contract import TrainCallbacks, TrainResult
 
 log = logging.getLogger(__name__)
 
+SFT_ONLY = "SFT only"
+"""The label of method none: the SFT adapter is the result."""
+
 #: method -> (module, function); imported only when that method runs
 TRAINERS = {"essa": ("essaflow.essa.trainer", "train_essa"), "fgrpo": ("essaflow.grpo.trainer", "train_grpo")}
 
 
-def method_label(cfg: PipelineConfig) -> str:
+def method_label(method: str, essa: ESSAConfig, grpo: GRPOConfig) -> str:
     """The method variant as results show it: 'ESSA(es, accuracy)', 'GRPO', 'F-GRPO(gamma=0.5)', 'F-DAPO(...)'."""
-    if cfg.method == "essa":
-        return f"ESSA({cfg.essa.strategy}, {cfg.essa.fitness})"
-    if cfg.method == "none":
-        return "SFT only"
-    base = cfg.grpo.loss.upper()
-    return base if cfg.grpo.gamma == 0 else f"F-{base}(gamma={cfg.grpo.gamma:g})"
+    if method == "essa":
+        return f"ESSA({essa.strategy}, {essa.fitness})"
+    if method == "none":
+        return SFT_ONLY
+    base = grpo.loss.upper()
+    return base if grpo.gamma == 0 else f"F-{base}(gamma={grpo.gamma:g})"
 
 
-def method_tags(cfg: PipelineConfig) -> dict[str, str]:
+def method_tags(method: str, essa: ESSAConfig, grpo: GRPOConfig) -> dict[str, str]:
     """What every reported result carries about how it was obtained: the method variant and, for ESSA, the
     kind of fitness ('black-box reward' from the task reward alone, or 'gray-box: needs reference answers')."""
-    tags = {"method_label": method_label(cfg)}
-    if cfg.method == "essa":
-        tags["fitness_kind"] = cfg.essa.fitness_kind
+    tags = {"method_label": method_label(method, essa, grpo)}
+    if method == "essa":
+        tags["fitness_kind"] = essa.fitness_kind
+    return tags
+
+
+def trained_method_tags(adapter: AdapterRef) -> dict[str, str]:
+    """method_tags of the run that trained `adapter`, read from the train stage's reference (which records the
+    label of a trained method, and kind "none" when the SFT adapter is the result)."""
+    tags = {"method_label": SFT_ONLY if adapter.kind == "none" else adapter.method_label}
+    if adapter.fitness_kind:
+        tags["fitness_kind"] = adapter.fitness_kind
     return tags
 
 

@@ -16,7 +16,7 @@ import torch
 from peft import PeftModel
 from transformers import PreTrainedTokenizerBase
 
-from essaflow.config import DataConfig, EvalConfig, ModelConfig, PipelineConfig, SamplingConfig, SFTConfig
+from essaflow.config import DataConfig, EvalConfig, ModelConfig, SamplingConfig, SFTConfig
 from essaflow.data import Splits, load_problems, split_problems
 from essaflow.data.schema import Problem
 from essaflow.generation.prompt_format import PromptFormat
@@ -81,16 +81,22 @@ def train_sft_adapter(
     return out_dir
 
 
-def cached_sft_adapter(cfg: PipelineConfig, splits: Splits) -> Path:
-    """The SFT adapter for this config: cfg.adapter_uri if given, else trained once and cached by hash."""
-    if cfg.adapter_uri:
-        return Path(cfg.adapter_uri.removeprefix("file://"))
-    fmt = cfg.data.prompt_format()
-    target = cache_root() / "sft" / sft_key(cfg.model, cfg.sft, splits.sft, fmt)
+def cached_sft_adapter(model: ModelConfig, sft: SFTConfig, splits: Splits, fmt: PromptFormat) -> Path:
+    """The SFT adapter of (model, SFT config, SFT split, prompt format): trained once, cached by that hash.
+
+    fmt: data.prompt_format() of the run, the formatting evaluation and training use too."""
+    target = cache_root() / "sft" / sft_key(model, sft, splits.sft, fmt)
     if committed_manifest(target) is None:
         log.info("training SFT warm start -> %s", target)
-        train_sft_adapter(cfg.model, cfg.sft, splits.sft, target, fmt)
+        train_sft_adapter(model, sft, splits.sft, target, fmt)
     return target
+
+
+def sft_start(adapter_uri: str | None, model: ModelConfig, sft: SFTConfig, splits: Splits, fmt: PromptFormat) -> Path:
+    """Where training starts: the adapter at adapter_uri when one is given, else the cached SFT adapter."""
+    if adapter_uri:
+        return Path(adapter_uri.removeprefix("file://"))
+    return cached_sft_adapter(model, sft, splits, fmt)
 
 
 def evaluate_adapter(

@@ -159,7 +159,7 @@ def test_short_run_raises_held_out_reward_on_the_tiny_model(tmp_path):
         ],
     )
     splits = prepare_splits(cfg.data)
-    sft = cached_sft_adapter(cfg, splits)
+    sft = cached_sft_adapter(cfg.model, cfg.sft, splits, cfg.data.prompt_format())
     result = train_essa(cfg, splits, sft, tmp_path)
     held_out = dataclasses.replace(
         scoring_spec(cfg, splits, sft),

@@ -24,7 +24,7 @@ def test_grpo_raises_held_out_reward_on_the_tiny_model(tmp_path):
     overrides = ["grpo.steps=60", "grpo.lr=1e-3", "grpo.gamma=0.5", "grpo.eval_every=0", "grpo.checkpoint_every=0"]
     cfg = load_config(PRESET, overrides)
     splits = prepare_splits(cfg.data)
-    start = cached_sft_adapter(cfg, splits)
+    start = cached_sft_adapter(cfg.model, cfg.sft, splits, cfg.data.prompt_format())
     eval_cfg = EvalConfig(samples_per_problem=8, ks=[1, 8])
     before = evaluate_adapter(cfg.model, start, splits.eval, eval_cfg, cfg.sampling)
     result = train_grpo(cfg, splits, start, tmp_path / "out")

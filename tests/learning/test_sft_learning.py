@@ -20,7 +20,7 @@ def test_sft_raises_held_out_accuracy():
     splits = prepare_splits(cfg.data)
     eval_cfg = EvalConfig(samples_per_problem=8, ks=[1, 8])
     before = evaluate_adapter(cfg.model, None, splits.eval, eval_cfg, cfg.sampling)
-    adapter = cached_sft_adapter(cfg, splits)
+    adapter = cached_sft_adapter(cfg.model, cfg.sft, splits, cfg.data.prompt_format())
     assert cfg.sft.steps == 500 and (adapter / "adapter_model.safetensors").exists()
     after = evaluate_adapter(cfg.model, adapter, splits.eval, eval_cfg, cfg.sampling)
     print("before", before.summary(), "after", after.summary())

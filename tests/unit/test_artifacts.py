@@ -88,10 +88,11 @@ def test_timer_parts_nest_without_double_counting():
 
 def test_the_default_file_store_yields_to_essaflow_storage_uri(monkeypatch):
     monkeypatch.setenv("ESSAFLOW_STORAGE_URI", "s3://bucket/x")
-    assert storage_uri_for(PipelineConfig()) == "s3://bucket/x"
-    assert storage_uri_for(PipelineConfig(storage_uri="file:///data")) == "file:///data"
+    default = PipelineConfig().storage_uri
+    assert storage_uri_for(default) == "s3://bucket/x"
+    assert storage_uri_for("file:///data") == "file:///data"
     monkeypatch.delenv("ESSAFLOW_STORAGE_URI")
-    assert storage_uri_for(PipelineConfig()) == PipelineConfig().storage_uri
+    assert storage_uri_for(default) == default
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,12 @@ def _cfg(*overrides: str):
     return load_config(None, list(overrides))
 
 
+def _inputs(*overrides: str):
+    """check_inputs on the model and data sections of the default config with `overrides`."""
+    c = _cfg(*overrides)
+    return check_inputs(c.model, c.data)
+
+
 @pytest.fixture
 def ckpt(tmp_path):
     d = tmp_path / "ckpt"
@@ -33,7 +39,7 @@ def gsm8k(tmp_path):
 
 
 def test_the_default_config_passes():
-    report = check_inputs(_cfg())
+    report = _inputs()
     assert report.problems == [] and any("built-in tiny" in n for n in report.notes)
 
 
@@ -47,39 +53,39 @@ def test_the_default_config_passes():
     ],
 )
 def test_a_model_that_cannot_be_found_is_named(name, problem):
-    report = check_inputs(_cfg(f"model.name_or_path={name}"))
+    report = _inputs(f"model.name_or_path={name}")
     assert len(report.problems) == 1 and report.problems[0].startswith("model.name_or_path: ")
     assert problem in report.problems[0]
 
 
 def test_a_directory_without_config_json_is_no_checkpoint(tmp_path, ckpt):
-    assert check_inputs(_cfg(f"model.name_or_path={ckpt}")).problems == []
+    assert _inputs(f"model.name_or_path={ckpt}").problems == []
     (ckpt / "config.json").unlink()
-    assert "without config.json" in check_inputs(_cfg(f"model.name_or_path={ckpt}")).problems[0]
+    assert "without config.json" in _inputs(f"model.name_or_path={ckpt}").problems[0]
 
 
 def test_chat_template_always_needs_a_tokenizer_with_one(ckpt):
-    problems = check_inputs(_cfg("data.chat_template=always")).problems  # the built-in tiny model has none
+    problems = _inputs("data.chat_template=always").problems  # the built-in tiny model has none
     assert len(problems) == 1 and problems[0].startswith("data.chat_template: ")
-    assert check_inputs(_cfg(f"model.name_or_path={ckpt}", "data.chat_template=always")).problems
+    assert _inputs(f"model.name_or_path={ckpt}", "data.chat_template=always").problems
     (ckpt / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ messages[0].content }}"}))
-    assert check_inputs(_cfg(f"model.name_or_path={ckpt}", "data.chat_template=always")).problems == []
-    assert check_inputs(_cfg(f"model.name_or_path={ckpt}", "data.chat_template=auto")).problems == []
+    assert _inputs(f"model.name_or_path={ckpt}", "data.chat_template=always").problems == []
+    assert _inputs(f"model.name_or_path={ckpt}", "data.chat_template=auto").problems == []
 
 
 def test_a_hub_id_is_spelling_checked_only():
-    report = check_inputs(_cfg("model.name_or_path=Qwen/Qwen2.5-0.5B-Instruct"))
+    report = _inputs("model.name_or_path=Qwen/Qwen2.5-0.5B-Instruct")
     assert report.problems == [] and any("not resolved offline" in n for n in report.notes)
 
 
 def test_data_path_columns_and_sizes_are_checked(tmp_path, gsm8k):
     base = ["data.source=file", "data.eval_size=2"]
-    assert check_inputs(_cfg(*base, f"data.path={gsm8k}", "data.adapter=gsm8k")).problems == []
-    missing = check_inputs(_cfg(*base, f"data.path={tmp_path / 'nope.jsonl'}")).problems
+    assert _inputs(*base, f"data.path={gsm8k}", "data.adapter=gsm8k").problems == []
+    missing = _inputs(*base, f"data.path={tmp_path / 'nope.jsonl'}").problems
     assert missing == [f"data.path: {tmp_path / 'nope.jsonl'}: data.path does not exist"]
-    columns = check_inputs(_cfg(*base, f"data.path={gsm8k}")).problems  # plain adapter: no 'prompt' column
+    columns = _inputs(*base, f"data.path={gsm8k}").problems  # plain adapter: no 'prompt' column
     assert "no column 'prompt'" in columns[0] and "columns present: ['question', 'answer']" in columns[0]
-    small = check_inputs(_cfg("data.source=file", f"data.path={gsm8k}", "data.adapter=gsm8k")).problems
+    small = _inputs("data.source=file", f"data.path={gsm8k}", "data.adapter=gsm8k").problems
     assert small == ["data.eval_size=256 leaves no training data out of 10 problems"]
 
 

@@ -94,7 +94,7 @@ def test_a_version_records_its_dataset_and_protocol_in_tags():
     cfg = load_config(None, ["data.source=file", "data.path=/d/gsm8k.jsonl", "data.adapter=gsm8k",
                              "data.system_prompt=Be brief.", "eval.samples_per_problem=4", "eval.ks=[1,2,4]",
                              "model.name_or_path=/m/qwen"])  # fmt: skip
-    tags = {k: str(v) for k, v in protocol_tags(cfg).items()}
+    tags = {k: str(v) for k, v in protocol_tags(cfg.data, cfg.eval, cfg.sampling).items()}
     recorded = protocol_from_tags({**tags, "unrelated": "x"})
     assert recorded["data"]["path"] == "/d/gsm8k.jsonl" and recorded["data"]["system_prompt"] == "Be brief."
     assert recorded["eval"]["reward"] == "math_verify" and recorded["sampling"]["max_new_tokens"] == 512
@@ -107,7 +107,7 @@ def test_cli_eval_without_a_config_uses_the_recorded_protocol(monkeypatch):
 
     cfg = load_config(None, ["data.source=file", "data.path=/d/gsm8k.jsonl", "data.adapter=gsm8k",
                              "model.name_or_path=/m/qwen", "eval.samples_per_problem=4", "eval.ks=[1,2]"])  # fmt: skip
-    recorded = protocol_from_tags(protocol_tags(cfg))
+    recorded = protocol_from_tags(protocol_tags(cfg.data, cfg.eval, cfg.sampling))
     monkeypatch.setattr(rp, "registered_protocol", lambda uri, name, alias: recorded)
     out = pipeline._recorded_protocol(load_config(None), "m", "champion", ["eval.max_problems=8"])
     assert out.data == cfg.data and out.eval.samples_per_problem == 4 and out.eval.max_problems == 8

@@ -25,7 +25,7 @@ def tiny_sft():
     1024 held-out problems: a point is 10 answers, so the bound is not at the mercy of two or three flips."""
     cfg = load_config(None, ["sft.steps=120", "data.eval_size=1024", "sampling.max_new_tokens=6"])
     splits = prepare_splits(cfg.data)
-    adapter = cached_sft_adapter(cfg, splits)
+    adapter = cached_sft_adapter(cfg.model, cfg.sft, splits, cfg.data.prompt_format())
     spec = dataclasses.replace(
         scoring_spec(cfg, splits, adapter, ship_adapter=False),
         prompts=[p.prompt for p in splits.eval],  # score the held-out split: fitness = greedy accuracy on it
