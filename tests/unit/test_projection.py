@@ -287,7 +287,7 @@ def test_run_files_that_cannot_be_used(tmp_path):
 
 
 def test_reader_uses_the_trainers_field_names():
-    from essaflow.essa.trainer import GenerationMetrics
+    from essaflow.essa.generation import GenerationMetrics
     from essaflow.grpo.update import StepMetrics
 
     essa_fields = {f.name for f in dataclasses.fields(GenerationMetrics)}
