@@ -1,6 +1,6 @@
 """Train the GRPO family (GRPO, DAPO, CISPO + F-GRPO's focal weight) from the SFT start: `train_grpo`.
 
-One loop (`worker.py`) runs on every worker: in this process for one worker, or on Ray Train DDP ranks
+One loop (`loop.py`) runs on every worker: in this process for one worker, or on Ray Train DDP ranks
 (`distributed.py`). The driver turns the workers' typed events into the caller's callbacks and a TrainResult.
 
 Bytes all-reduced per rollout step, measured by a DDP communication hook (0 in a one-process run):
