@@ -8,7 +8,7 @@ Bytes all-reduced per rollout step, measured by a DDP communication hook (0 in a
 (the payload each worker contributes; a ring all-reduce moves 2 (W - 1) / W times that per worker).
 Metrics and normalisers add `aux_bytes` per step (float64 sums), reported separately.
 
-Metrics per step (`update.StepMetrics`, global over workers): reward_mean (shaped) and correct_mean (verifier);
+Metrics per step (`metrics.StepMetrics`, global over workers): reward_mean (shaped) and correct_mean (verifier);
 zero_variance_share (groups with all-equal rewards at the first draw; _final after dynamic sampling); focal_mean
 (g over all groups) and focal_mean_active (over groups with mixed rewards, the only ones g acts on); clip_frac_low /
 clip_frac_high (share of loss tokens whose gradient the clip removes; for CISPO, whose IS weight is clipped); kl
