@@ -32,33 +32,25 @@ import ray
 import torch
 
 from essaflow.config import load_config
-from essaflow.essa.minibatch import MinibatchSampler
+from essaflow.essa.generation import run_generation, start_search
 from essaflow.essa.population import RayPopulation
-from essaflow.essa.strategy import make_strategy
 from essaflow.essa.svd_lora import SVDLoRA
-from essaflow.essa.trainer import generation_seed, scoring_spec
+from essaflow.essa.trainer import scoring_spec
 from essaflow.model.loading import load_model_with_adapter
 from essaflow.training.warm_start import cached_sft_adapter, prepare_splits
 
 
 def measure(spec, cfg, dimension: int, generations: int, workers: int, sync: str) -> dict:
-    """One search of `generations` generations on a fresh pool (the trainer's loop: minibatch, ask, evaluate,
-    tell): fitness, timing and bytes per generation."""
+    """One search of `generations` generations on a fresh pool (the trainer's `run_generation`): fitness, timing
+    and bytes per generation."""
     e = cfg.essa
     pool = RayPopulation(spec, workers=workers, inflight=e.inflight_per_worker, sync=sync)
-    strategy = make_strategy(e, dimension)
-    sampler = MinibatchSampler(len(spec.prompts), e.minibatch, e.seed)
+    strategy, sampler = start_search(e, dimension, len(spec.prompts))
     try:
-        fitness, stats = [], []
-        for g in range(generations):
-            idx = sampler.next()
-            x = strategy.ask()
-            f, s = pool.evaluate(x, idx, generation_seed(e.seed, g), g, strategy, sampler)
-            strategy.tell(x, f)
-            fitness.append(f)
-            stats.append(s)
+        told = [run_generation(pool, strategy, sampler, e.seed, g) for g in range(generations)]
     finally:
         pool.close()
+    fitness, stats = [t.fitness for t in told], [t.stats for t in told]
     timed = stats[1:]  # generation 0 pays first-call allocations (and carries no fitness header in seed mode)
     n = sum(sum(s.per_worker) for s in timed)
     return {

@@ -102,9 +102,9 @@ def part_essa_gpu(cfg: PipelineConfig, splits, adapter: Path, workers_per_gpu: i
     import ray
 
     from essaflow.cluster import gpus_per_worker
-    from essaflow.essa.minibatch import MinibatchSampler
+    from essaflow.essa.minibatch import MinibatchSampler, generation_seed
     from essaflow.essa.population import RayPopulation
-    from essaflow.essa.trainer import generation_seed, scoring_spec
+    from essaflow.essa.trainer import scoring_spec
 
     gpu = device == "cuda"
     ray.init(address="local", num_cpus=4, num_gpus=1 if gpu else 0, include_dashboard=False, log_to_driver=False)

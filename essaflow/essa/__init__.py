@@ -9,5 +9,6 @@ docs/algorithms.md sec. 2).
 - `minibatch.py`  the shared prompts of each generation
 - `config.py`     ESSAConfig
 - `checkpoint.py` JSON + npz checkpoints (no pickle), atomic, manifest last
-- `trainer.py`    the loop minibatch -> ask -> evaluate -> tell -> record, held-out eval, checkpoint/resume
+- `generation.py` one generation, minibatch -> ask -> evaluate -> tell -> record: the step every search runs
+- `trainer.py`    the loop over generations, held-out eval, checkpoint/resume
 """

@@ -8,8 +8,7 @@ Layout of one checkpoint, `<checkpoint_dir>/<generation, 8 digits>/`:
 
 The directory is written by `essaflow.storage.atomic_dir`: assembled under a hidden temporary name, fsynced and swapped
 into place, an existing copy of the same generation kept until the new one is in. A checkpoint counts only if its
-manifest exists and every checksum matches (ARCHITECTURE.md "Storage layout": nothing read back executes code).
-Checkpoints of the previous format (1: a flat {file: sha256} table) are still read.
+manifest exists and every checksum matches. Nothing read back executes code.
 """
 
 from __future__ import annotations
@@ -22,11 +21,9 @@ from typing import Any
 import numpy as np
 
 from essaflow.storage.atomic_dir import atomic_dir, committed_manifest, recover_children
-from essaflow.storage.digest import sha256_file
 from essaflow.storage.manifest import MANIFEST
 
 FORMAT = 2
-LEGACY_FORMAT = 1  # manifest {"format": 1, "generation", "parts", "sha256": {file: hex}}
 Part = tuple[dict[str, Any], dict[str, np.ndarray]]
 
 
@@ -42,22 +39,10 @@ def write_checkpoint(checkpoint_dir: Path, generation: int, parts: dict[str, Par
     return final
 
 
-def _legacy_complete(path: Path) -> bool:
-    try:
-        manifest = json.loads((path / MANIFEST).read_text())
-        return manifest["format"] == LEGACY_FORMAT and all(
-            sha256_file(path / f)[0] == h for f, h in manifest["sha256"].items()
-        )
-    except (OSError, ValueError, KeyError, TypeError):
-        return False
-
-
 def is_complete(path: Path) -> bool:
     """True when the manifest exists and every listed file matches its checksum."""
     manifest = committed_manifest(path)
-    if manifest is not None:
-        return manifest.get("format") == FORMAT
-    return _legacy_complete(path)
+    return manifest is not None and manifest.get("format") == FORMAT
 
 
 def latest_checkpoint(checkpoint_dir: Path | None) -> Path | None:

@@ -44,7 +44,7 @@ class ESSAConfig(StrictConfig):
     es_lr: float = trajectory(0.05, gt=0)
     """strategy=es: step m += (lr/N) sum z_n eps_n, 1/sigma folded in as in Qiu (docs/algorithms.md sec. 2.6)."""
     es_antithetic: bool = trajectory(True)
-    """strategy=es: mirrored pairs m +- sigma*e (issue's baseline); false: Qiu's i.i.d. samples
+    """strategy=es: mirrored pairs m +- sigma*e (the peer baseline); false: Qiu's i.i.d. samples
     (docs/algorithms.md sec. 2.6)."""
     returned_point: Literal["mean", "best"] = trajectory("mean")
     """Which point is returned: the CMA mean (default) or the best candidate seen (docs/algorithms.md sec. 6.5)."""

@@ -8,7 +8,7 @@ generation, the previous generation's fitness of the candidates it did not score
 (start, the share's float32 fitness, replica digest, its cost in tokens and device time): a few hundred bytes a
 generation in all. `essa.sync: vectors`: each call carries one candidate's
 offsets (float32), the prompt indices and the seed; a scorer answers (candidate index, fitness). No weights or
-gradients move (ARCHITECTURE.md "Distributed design").
+gradients move.
 
 Decisions where the paper is silent (docs/algorithms.md sec. 6):
 - Shared minibatch (sec. 6.6): every candidate of a generation is scored on the same b prompts, and, when the fitness

@@ -7,8 +7,8 @@
 - `sep_cma` separable (diagonal) CMA-ES, a labelled deviation for large d where a d x d covariance is too heavy
             (docs/algorithms.md sec. 2.5 notes that at ESSA's dimensions C barely adapts, so the two behave alike).
 - `es`      the peer baseline: plain Gaussian ES (Qiu et al. 2025; docs/algorithms.md sec. 2.6) with z-scored fitness,
-            m <- m + (lr / N) sum_n Z_n eps_n (1/sigma folded into lr), with antithetic pairs (m +- sigma eps) as
-            the issue asks, or Qiu's original i.i.d. samples (`essa.es_antithetic: false`).
+            m <- m + (lr / N) sum_n Z_n eps_n (1/sigma folded into lr), with antithetic pairs (m +- sigma eps)
+            by default, or Qiu's original i.i.d. samples (`essa.es_antithetic: false`).
 
 Every strategy maximises the reward; `cmaes` minimises, so CMA is told the negated fitness (docs/algorithms.md sec. 2.4
 "cma.tell(X, -F)"). State is plain numpy arrays and scalars: `state_dict()` returns (JSON-able dict, arrays) and
@@ -248,7 +248,7 @@ class GaussianES(Strategy):
     sigma stays fixed (no step-size adaptation in Qiu's method); the update is m <- m + (lr/N) sum Z_n eps_n with
     Z = (F - mean F) / (std F + 1e-8) (Qiu's code adds 1e-8; or centred ranks, `shaping`, whose bounded scale
     wants a smaller lr) and N = population. With `antithetic` (default, the
-    peer baseline the issue asks for) members 2i and 2i+1 are m +- sigma e_i: the even part of the reward cancels,
+    peer baseline) members 2i and 2i+1 are m +- sigma e_i: the even part of the reward cancels,
     but N candidates probe only N/2 directions. `antithetic=False` is Qiu's original i.i.d. sampling, which probes
     N directions and is the better use of a budget when the reward is close to linear at scale sigma.
     """

@@ -1,6 +1,6 @@
 """The ESSA loop: minibatch -> ask -> evaluate -> tell -> record (ESSA-v3 sec. 3.2, App. A Algorithm 1).
 
-Per generation t:
+Per generation t (steps 1-4 and the metrics of 5 are `generation.run_generation`):
   1. draw the shared minibatch of b training prompts (every candidate sees the same prompts, `minibatch.py`),
   2. ask the strategy for lambda offset vectors (CMA-ES by default, mean starting at the SFT point),
   3. score each candidate by inference only (Ray pool or in process, `population.py`),
@@ -21,7 +21,7 @@ import json
 import logging
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +30,10 @@ import numpy as np
 from essaflow.config import PipelineConfig, changed_trajectory, method_trajectory
 from essaflow.data import Splits
 from essaflow.essa.checkpoint import latest_checkpoint, read_checkpoint, write_checkpoint
-from essaflow.essa.minibatch import MinibatchSampler, generation_seed
-from essaflow.essa.population import GenerationStats, LocalPopulation, RayPopulation
+from essaflow.essa.generation import Generation, run_generation, start_search
+from essaflow.essa.minibatch import MinibatchSampler
+from essaflow.essa.population import LocalPopulation, RayPopulation
 from essaflow.essa.scorer import ScoringSpec
-from essaflow.essa.strategy import make_strategy
 from essaflow.essa.svd_lora import SVDLoRA
 from essaflow.generation.sampling import TransformersGenerator
 from essaflow.judging.evaluation import greedy_accuracy
@@ -99,73 +99,6 @@ def make_population(cfg: PipelineConfig, splits: Splits, sft_adapter: Path) -> L
 
 
 @dataclass
-class GenerationMetrics:
-    """One generation's record (MLflow metrics `train.*`, metrics.jsonl, the job's JSON)."""
-
-    generation: int
-    fitness_mean: float | None = None
-    fitness_max: float | None = None
-    fitness_min: float | None = None
-    fitness_std: float | None = None
-    distinct_fitness: int | None = None
-    tie_share: float | None = None
-    sigma: float | None = None
-    mean_norm: float | None = None
-    wall_s: float | None = None
-    candidates_per_s: float | None = None
-    bytes_sent: int | None = None
-    bytes_received: int | None = None
-    bytes: int | None = None
-    redispatched: int | None = None
-    worker_failures: int | None = None
-    resyncs: int | None = None
-    generated_tokens: int | None = None
-    forward_tokens: int | None = None
-    device_s: float | None = None
-    """Device-seconds of scoring summed over workers (CPU time on CPU, wall time on a GPU; training/usage.py)."""
-    device_s_per_worker: list[float] | None = None
-    nodes_active: int | None = None
-    per_worker: list[int] | None = None
-    per_node: dict[str, int] | None = None
-    eval_greedy: float | None = None
-    stopped_early: bool | None = None
-
-    @classmethod
-    def of(cls, generation: int, fitness: np.ndarray, stats: GenerationStats, strategy, wall_s: float):
-        per_node = {node[:8]: n for node, n in stats.per_node.items()}
-        distinct = len(np.unique(fitness))
-        return cls(
-            generation=generation,
-            fitness_mean=float(fitness.mean()),
-            fitness_max=float(fitness.max()),
-            fitness_min=float(fitness.min()),
-            fitness_std=float(fitness.std()),
-            distinct_fitness=distinct,
-            tie_share=round(1.0 - distinct / len(fitness), 4),
-            sigma=strategy.sigma,
-            mean_norm=float(np.linalg.norm(strategy.mean)),
-            wall_s=round(wall_s, 4),
-            candidates_per_s=round(len(fitness) / stats.wall_s, 2),
-            bytes_sent=stats.bytes_sent,
-            bytes_received=stats.bytes_received,
-            bytes=stats.bytes_total,
-            redispatched=stats.redispatched,
-            worker_failures=stats.worker_failures,
-            resyncs=stats.resyncs,
-            generated_tokens=stats.usage.generated_tokens,
-            forward_tokens=stats.usage.forward_tokens,
-            device_s=round(stats.usage.device_s, 3),
-            device_s_per_worker=[round(x, 3) for x in stats.device_s_per_worker],
-            nodes_active=len(stats.per_node),
-            per_worker=stats.per_worker,
-            per_node=per_node,
-        )
-
-    def as_row(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v is not None}
-
-
-@dataclass
 class Search:
     """The driver's state of one ESSA run: search space, strategy, prompt sampler, generation, history."""
 
@@ -192,8 +125,7 @@ class Search:
         model, tok = load_model_with_adapter(cfg.model, sft_adapter)
         svd = SVDLoRA(model, e.alpha, nonnegative=e.nonnegative, offsets=e.offsets)
         evaluator = TransformersGenerator(model, tok, cfg.sampling.batch_size, cfg.data.prompt_format())
-        strategy = make_strategy(e, svd.dimension)
-        sampler = MinibatchSampler(len(splits.train), e.minibatch, e.seed)
+        strategy, sampler = start_search(e, svd.dimension, len(splits.train))
         return cls(cfg, splits, svd, tok, evaluator, strategy, sampler)
 
     @property
@@ -215,11 +147,11 @@ class Search:
         s = self.cfg.sampling
         return greedy_accuracy(self.evaluator, self.splits.eval, s.max_new_tokens, self.cfg.eval.reward)
 
-    def record(self, fitness: np.ndarray, stats: GenerationStats, wall_s: float) -> dict[str, Any]:
+    def record(self, told: Generation) -> dict[str, Any]:
         """The generation just told: its metrics, a held-out evaluation when due (and the early stop)."""
-        e = self.cfg.essa
-        row = GenerationMetrics.of(self.generation, fitness, stats, self.strategy, wall_s)
-        last = self.generation == e.generations or self.out_of_time(wall_s)
+        e, row, stats = self.cfg.essa, told.metrics, told.stats
+        self.generation = row.generation
+        last = self.generation == e.generations or self.out_of_time(told.wall_s)
         if e.eval_every > 0 and (self.generation % e.eval_every == 0 or last):
             row.eval_greedy = self.held_out()
             if e.target_accuracy is not None and row.eval_greedy >= e.target_accuracy:
@@ -266,8 +198,7 @@ class Search:
             return None
         generation, parts = read_checkpoint(latest)
         meta = parts["trainer"][0]
-        saved = meta.get("trajectory") or {f"essa.{k}": v for k, v in meta.get("search", {}).items()}
-        changed = changed_trajectory(saved, method_trajectory(self.cfg, "essa"))
+        changed = changed_trajectory(meta["trajectory"], method_trajectory(self.cfg, "essa"))
         if changed:
             raise ValueError(
                 f"checkpoint {latest} was written with different settings ({', '.join(changed)}); resuming "
@@ -320,16 +251,8 @@ def train_essa(
         if population is not None and population.dimension != search.svd.dimension:
             raise RuntimeError(f"workers search d={population.dimension}, driver d={search.svd.dimension}")
         while not search.finished:
-            t0 = time.perf_counter()
-            prompts = search.sampler.next()
-            candidates = search.strategy.ask()
-            seed = generation_seed(cfg.essa.seed, search.generation)
-            fitness, stats = population.evaluate(
-                candidates, prompts, seed, search.generation, search.strategy, search.sampler
-            )
-            search.strategy.tell(candidates, fitness)
-            search.generation += 1
-            _report(report, search.record(fitness, stats, time.perf_counter() - t0))
+            told = run_generation(population, search.strategy, search.sampler, cfg.essa.seed, search.generation)
+            _report(report, search.record(told))
             if checkpoint_dir is not None and search.checkpoint_due():
                 report.checkpoint(search.save(checkpoint_dir))
     finally:

@@ -12,8 +12,7 @@ Layout of `checkpoint_dir/<step>/` (step = rollout steps completed):
 Every worker writes into `checkpoint_dir/.tmp-<step>/` (a name all ranks know); rank 0 commits it with
 `storage.atomic_dir` (manifest last, fsync, swap in, an existing copy of that step kept until the new one is in),
 so a checkpoint either exists completely or not at all; `latest_checkpoint` also re-verifies the manifest (it
-protects copies made without a rename, e.g. uploads). Checkpoints written before this format, with the same table
-in `checkpoint_manifest.json`, are still found. Nothing read back executes code: safetensors, JSON, and
+protects copies made without a rename, e.g. uploads). Nothing read back executes code: safetensors, JSON, and
 `torch.load(weights_only=True)`.
 
 In multi-worker runs checkpoint_dir must be visible to every worker (one machine, or a shared file system).
@@ -29,9 +28,8 @@ from typing import Any
 import torch
 
 from essaflow.storage.atomic_dir import commit_dir, committed_manifest, recover_children, remove_dir
-from essaflow.storage.manifest import MANIFEST, verify_manifest
+from essaflow.storage.manifest import MANIFEST
 
-LEGACY_MANIFEST = "checkpoint_manifest.json"  # same table, older name
 KEEP_LAST = 3  # older complete checkpoints are pruned after a new one is committed
 
 
@@ -85,7 +83,7 @@ def commit(stage: Path, root: Path, step: int) -> Path:
 
 def verify(path: Path) -> bool:
     """True when the manifest exists and every listed file matches its size and sha256."""
-    return committed_manifest(path) is not None or verify_manifest(path, LEGACY_MANIFEST) is not None
+    return committed_manifest(path) is not None
 
 
 def complete_checkpoints(root: Path | None) -> list[Path]:
@@ -93,11 +91,7 @@ def complete_checkpoints(root: Path | None) -> list[Path]:
     if root is None or not Path(root).is_dir():
         return []
     recover_children(root)  # a step whose rewrite crashed mid-swap comes back
-    found = [
-        p
-        for p in Path(root).iterdir()
-        if p.is_dir() and p.name.isdigit() and ((p / MANIFEST).exists() or (p / LEGACY_MANIFEST).exists())
-    ]
+    found = [p for p in Path(root).iterdir() if p.is_dir() and p.name.isdigit() and (p / MANIFEST).exists()]
     return sorted(found, key=lambda p: int(p.name))
 
 

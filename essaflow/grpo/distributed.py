@@ -1,6 +1,6 @@
 """Ray Train launch of the GRPO loop: `cfg.grpo.workers.count` DDP workers (gloo on CPU, NCCL on GPU).
 
-Every worker runs `trainer.run_worker` on its own strided share of the prompt groups (a group never spans
+Every worker runs `loop.run_worker` on its own strided share of the prompt groups (a group never spans
 workers); torch.distributed is set up by Ray Train's TorchTrainer. Rank 0's reports (metrics, checkpoints, the
 final summary) travel to the driver through a Ray queue while `fit()` runs in a background thread, so the
 driver's `on_metrics` / `on_checkpoint` see them live. A driver callback that raises stops the relay and is

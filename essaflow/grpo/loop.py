@@ -1,18 +1,24 @@
 """The GRPO-family loop as one worker runs it, in-process or as a Ray Train DDP rank.
 
-Per rollout step (FGRPO-v2 App. L; docs/algorithms.md sec. 3):
+Per rollout step, all in `Learner.step` (FGRPO-v2 App. L; docs/algorithms.md sec. 3):
   rollout     sample G completions for this worker's prompt groups and score them (rollout.py);
-  advantages  group-normalised, focal-weighted by (1 - success_rate)^gamma (advantages.py, inside the rollout);
-  loss, step  the mini-batch updates with DDP all-reduce and clipping (update.py);
-  record      the step's global metrics, a held-out evaluation now and then, a checkpoint now and then.
-The LR scheduler (linear warm-up, then constant) steps once per rollout step, as verl does. Dropout stays off
-(the model is in eval mode) so that on-policy ratios are exactly 1.
+  advantages  group-normalised, focal-weighted by (1 - success_rate)^gamma (advantages.py);
+  loss        per micro-batch, the registered surrogate (+ KL) normalised by the mini-batch's global token and
+              sequence counts and scaled by the world size to undo DDP's averaging, so the gradient summed over
+              workers is the single-worker gradient of the same batch (losses.py, minibatch.py);
+  step        AdamW after grad-norm clipping, once per global mini-batch; the LR scheduler (linear warm-up, then
+              constant) once per rollout step, as verl does.
+pi_old: with one mini-batch the update is on-policy, so pi_old = pi_theta.detach() of the same forward (r = 1
+exactly; verl does the same); with several it comes from a no-grad pass before the first. Dropout stays off (the
+model is in eval mode) so that on-policy ratios are exactly 1. The step's metrics are kept by `metrics.StepMeter`;
+run_worker records them, a held-out evaluation now and then, and a checkpoint now and then.
 
 A worker tells the driver what happens through typed events (rank 0 only, except `RankStarted`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import shutil
 import time
@@ -28,8 +34,12 @@ from essaflow.config import PipelineConfig, changed_trajectory, method_trajector
 from essaflow.data.schema import Problem
 from essaflow.generation.sampling import TransformersGenerator
 from essaflow.grpo import checkpoint as ckpt
+from essaflow.grpo.advantages import group_advantages
+from essaflow.grpo.comm import CommCounter, WorkerInfo
+from essaflow.grpo.losses import policy_loss, resolve_clip
+from essaflow.grpo.metrics import StepMeter, StepMetrics
+from essaflow.grpo.minibatch import frozen_logprobs, global_counts, micro_batches, mini_batch_rows
 from essaflow.grpo.rollout import collect, token_logprobs, worker_slots
-from essaflow.grpo.update import CommCounter, StepMetrics, StepSums, WorkerInfo, update
 from essaflow.judging.evaluation import greedy_accuracy
 from essaflow.model.loading import load_adapter, load_base_model, load_tokenizer, save_adapter_atomic
 
@@ -166,35 +176,49 @@ class Learner:
         return self.cfg.grpo.max_new_tokens or self.cfg.sampling.max_new_tokens
 
     def step(self, train: list[Problem], slots: list[int], step: int) -> StepMetrics:
-        """One rollout step: rollout (+ advantages) -> loss -> optimiser step -> the step's global metrics."""
-        g, t0 = self.cfg.grpo, time.perf_counter()
-        clock = time.perf_counter if self.info.device.type == "cuda" else time.process_time  # training/usage.py
-        c0 = clock()
-        self.comm.grad = self.comm.aux = 0
+        """One rollout step: rollout -> advantages -> loss -> optimiser step; returns the step's global metrics."""
+        g, info, meter = self.cfg.grpo, self.info, StepMeter.start(self.info, self.comm)
+        # rollout: G completions per prompt group, verifier rewards (and shaped ones)
         batch = collect(
             self.model, self.tokenizer, train, slots, step, g, self.cfg.eval.reward, self.max_new_tokens,
             self.cfg.data.prompt_format(),
         )  # fmt: skip
-        if self.ref_model is not None:
-            with torch.no_grad():
-                batch.ref_logp = token_logprobs(
-                    self.ref_model, batch.input_ids, batch.attention_mask, batch.prompt_width, g.temperature
-                )[0].cpu()
-        sums, t1 = StepSums.of(batch), time.perf_counter()
-        grad_norm = update(self.ddp, batch, self.optimizer, self.params, g, self.info, sums, self.comm)
-        sequence_tokens = float(batch.attention_mask.sum())  # prompt + completion, padding left out
-        extra_passes = (g.mini_batches > 1) + (self.ref_model is not None)  # old and reference log-probs
-        sums.forward_tokens, sums.backward_tokens = sequence_tokens * (1 + extra_passes), sequence_tokens
-        sums.device_s, sums.wall_s = clock() - c0, time.perf_counter() - t0
+        # advantages: the estimator by name, then the focal weight (1 - mu_hat)^gamma, once for every loss
+        adv = group_advantages(batch.rewards, batch.correct, g.advantage, g.std_mode, g.adv_eps, g.gamma)
+        advantages = adv.advantages.reshape(-1)
+        ref_logp = None if self.ref_model is None else frozen_logprobs(self.ref_model, batch, g.temperature)
+        sums = meter.rollout_done(batch, adv)
+        old_logp = (
+            None if g.mini_batches == 1 else frozen_logprobs(self.model, batch, g.temperature, g.micro_batch_size)
+        )
+        clip, grad_norm = resolve_clip(g.loss, g.clip_eps_low, g.clip_eps_high), 0.0
+        for rows in mini_batch_rows(batch, g.prompts_per_step, g.mini_batches):
+            num_tokens, num_seqs = global_counts(batch, rows, info, self.comm)
+            self.optimizer.zero_grad(set_to_none=True)
+            pieces = micro_batches(rows, g.micro_batch_size)
+            for k, r in enumerate(pieces):
+                sync = info.world_size == 1 or k == len(pieces) - 1  # all-reduce once, after the last micro-batch
+                with contextlib.nullcontext() if sync else self.ddp.no_sync():
+                    # loss: the surrogate (+ KL) of the micro-batch, normalised by the mini-batch's global counts
+                    logp, entropy = token_logprobs(
+                        self.ddp, batch.input_ids[r], batch.attention_mask[r], batch.prompt_width, g.temperature, True
+                    )
+                    mask, device = batch.loss_mask[r].to(logp.device), logp.device
+                    out = policy_loss(
+                        g.loss, logp, logp.detach() if old_logp is None else old_logp[r].to(device),
+                        advantages[r].to(device), mask, clip=clip, aggregation=g.aggregation,
+                        ref_logp=None if ref_logp is None else ref_logp[r].to(device), kl_beta=g.kl_beta,
+                        num_tokens=num_tokens, num_seqs=num_seqs, max_len=batch.completion_ids.shape[1],
+                    )  # fmt: skip
+                    (out.loss * info.world_size).backward()  # undo DDP's averaging: the sum is the global gradient
+                    sums.add_loss(out, entropy, mask, g.mini_batches)
+            # optimiser step: AdamW on the clipped gradient, once per global mini-batch
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, g.grad_clip))
+            self.optimizer.step()
         lr = self.scheduler.get_last_lr()[0]
         self.scheduler.step()
-        metrics = StepMetrics.from_sums(step + 1, sums.all_reduced(self.info, self.comm))
-        metrics.grad_norm, metrics.lr, metrics.gen_s = grad_norm, lr, batch.gen_s
-        metrics.step_s, metrics.train_s = time.perf_counter() - t0, time.perf_counter() - t1
-        metrics.tokens_per_s = metrics.gen_tokens / metrics.step_s
-        metrics.bytes_allreduced, metrics.aux_bytes = self.comm.grad, self.comm.aux
-        metrics.trainable_bytes = self.trainable_bytes
-        return metrics
+        frozen_passes = (old_logp is not None) + (ref_logp is not None)
+        return meter.finish(step + 1, sums, batch, grad_norm, lr, frozen_passes, self.trainable_bytes)
 
     def held_out(self, problems: list[Problem]) -> float:
         gen = TransformersGenerator(

@@ -1,4 +1,6 @@
-"""Rollouts for GRPO: which prompts a step uses, G samples per prompt, rewards, advantages, log-probs.
+"""Rollouts for GRPO: which prompts a step uses, G samples per prompt, their rewards, and token log-probs.
+
+The step computes the advantages from these rewards (`loop.Learner.step`, `advantages.py`).
 
 Two properties make distributed training a pure config change and resumption exact:
 
@@ -26,7 +28,6 @@ from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList,
 from essaflow.data.schema import Problem
 from essaflow.generation.prompt_format import PromptFormat
 from essaflow.generation.sampling import Rollout, encode_prompts, is_stop, model_stop_ids, to_rollout
-from essaflow.grpo.advantages import group_advantages
 from essaflow.grpo.config import GRPOConfig
 from essaflow.judging.rewards import get_reward
 
@@ -113,7 +114,7 @@ def replacement_index(seed: int, step: int, slot: int, round_: int, num_train: i
 
 @dataclass
 class RolloutBatch:
-    """Everything one worker learns from in one step. B = groups * G rows, group g owns rows g*G..g*G+G-1."""
+    """One worker's rollouts of one step. B = groups * G rows, group g owns rows g*G..g*G+G-1."""
 
     input_ids: torch.Tensor  # [B, P + C] left-padded prompt then right-padded completion
     attention_mask: torch.Tensor  # [B, P + C]
@@ -123,17 +124,11 @@ class RolloutBatch:
     slots: list[int]  # [groups] global slot of each group
     rewards: torch.Tensor  # [groups, G] reward the advantage uses (after any shaping)
     correct: torch.Tensor  # [groups, G] verifier reward, before shaping
-    advantages: torch.Tensor  # [B] focal-weighted advantages
-    success: torch.Tensor  # [groups] mu_hat
-    focal: torch.Tensor  # [groups] g
-    uniform: torch.Tensor  # [groups] zero-variance after dynamic sampling
     uniform_first: torch.Tensor  # [groups] zero-variance at the first draw
     truncated: torch.Tensor  # [B] bool: no EOS within max_new_tokens
     gen_tokens: int = 0
     gen_s: float = 0.0
     retried_groups: int = 0
-    old_logp: torch.Tensor | None = None  # [B, C]
-    ref_logp: torch.Tensor | None = None  # [B, C]
 
     @property
     def group_size(self) -> int:
@@ -218,15 +213,15 @@ def collect(
     max_new_tokens: int,
     fmt: PromptFormat | None = None,
 ) -> RolloutBatch:
-    """This worker's groups for `step`: sample, reward, (dynamic sampling), focal-weighted advantages.
+    """This worker's groups for `step`: sample, reward, (dynamic sampling).
 
     `s` is the run's grpo section; `reward` names the verifier (eval.reward) and `max_new_tokens` is the resolved
     completion cap (grpo.max_new_tokens, else sampling.max_new_tokens); `fmt` renders prompts (data.chat_template,
     data.system_prompt) exactly as SFT and evaluation do.
 
     Dynamic sampling (DAPO sec. 3.2), when on, retries each zero-variance group with another problem for that
-    slot, up to `dynamic_sampling_rounds` times. Groups still uniform afterwards are kept with zero advantage
-    (no gradient, but their tokens count in the token-mean denominator): a fixed batch shape per worker keeps
+    slot, up to `dynamic_sampling_rounds` times. Groups still uniform afterwards are kept (their advantage is
+    zero: no gradient, but their tokens count in the token-mean denominator): a fixed batch shape per worker keeps
     DDP in lock-step. This changes the mu_hat distribution the focal weight sees (docs/algorithms.md sec. 7.2).
     """
     start = time.perf_counter()
@@ -254,7 +249,6 @@ def collect(
     loss_mask = cmask.float()
     if s.overlong_filter:  # DAPO overlong filtering: truncated completions carry no loss
         loss_mask = loss_mask * (~truncated)[:, None].float()
-    adv = group_advantages(rewards, correct, s.advantage, s.std_mode, s.adv_eps, s.gamma)
     return RolloutBatch(
         input_ids=torch.cat([prompt_ids, completion], dim=1),
         attention_mask=torch.cat([prompt_mask, cmask], dim=1),
@@ -264,10 +258,6 @@ def collect(
         slots=list(slots),
         rewards=rewards,
         correct=correct,
-        advantages=adv.advantages.reshape(-1),
-        success=adv.success,
-        focal=adv.focal,
-        uniform=adv.uniform,
         uniform_first=uniform_first,
         truncated=truncated,
         gen_tokens=int(cmask.sum()),

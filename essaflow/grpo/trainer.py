@@ -1,6 +1,6 @@
 """Train the GRPO family (GRPO, DAPO, CISPO + F-GRPO's focal weight) from the SFT start: `train_grpo`.
 
-One loop (`worker.py`) runs on every worker: in this process for one worker, or on Ray Train DDP ranks
+One loop (`loop.py`) runs on every worker: in this process for one worker, or on Ray Train DDP ranks
 (`distributed.py`). The driver turns the workers' typed events into the caller's callbacks and a TrainResult.
 
 Bytes all-reduced per rollout step, measured by a DDP communication hook (0 in a one-process run):
@@ -8,7 +8,7 @@ Bytes all-reduced per rollout step, measured by a DDP communication hook (0 in a
 (the payload each worker contributes; a ring all-reduce moves 2 (W - 1) / W times that per worker).
 Metrics and normalisers add `aux_bytes` per step (float64 sums), reported separately.
 
-Metrics per step (`update.StepMetrics`, global over workers): reward_mean (shaped) and correct_mean (verifier);
+Metrics per step (`metrics.StepMetrics`, global over workers): reward_mean (shaped) and correct_mean (verifier);
 zero_variance_share (groups with all-equal rewards at the first draw; _final after dynamic sampling); focal_mean
 (g over all groups) and focal_mean_active (over groups with mixed rewards, the only ones g acts on); clip_frac_low /
 clip_frac_high (share of loss tokens whose gradient the clip removes; for CISPO, whose IS weight is clipped); kl

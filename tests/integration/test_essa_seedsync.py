@@ -15,11 +15,10 @@ import numpy as np
 import pytest
 
 from essaflow.essa.checkpoint import latest_checkpoint
-from essaflow.essa.minibatch import MinibatchSampler
+from essaflow.essa.generation import run_generation, start_search
 from essaflow.essa.population import LocalPopulation, RayPopulation
 from essaflow.essa.scorer import CandidateScorer
-from essaflow.essa.strategy import make_strategy
-from essaflow.essa.trainer import generation_seed, scoring_spec, train_essa
+from essaflow.essa.trainer import scoring_spec, train_essa
 from tests.support import essa_tiny
 from tests.support.essa_tiny import make_tiny
 
@@ -88,21 +87,16 @@ def test_replicas_stay_in_agreement_over_a_run(runs):
 
 
 def search(population, cfg, splits, dimension: int, generations: int, until=None):
-    """The trainer's loop, on a given population: the fitness of every generation and the final mean."""
+    """The trainer's generation step on a given population: the fitness of every generation, the final mean and
+    the scoring stats."""
     e = cfg.essa
-    strategy = make_strategy(e, dimension)
-    sampler = MinibatchSampler(len(splits.train), e.minibatch, e.seed)
-    fitness, stats = [], []
+    strategy, sampler = start_search(e, dimension, len(splits.train))
+    told = []
     for g in range(generations):
-        idx = sampler.next()
-        x = strategy.ask()
-        f, s = population.evaluate(x, idx, generation_seed(e.seed, g), g, strategy, sampler)
-        strategy.tell(x, f)
-        fitness.append(f)
-        stats.append(s)
+        told.append(run_generation(population, strategy, sampler, e.seed, g))
         if until is not None and until():
             break
-    return fitness, strategy.mean, stats
+    return [t.fitness for t in told], strategy.mean, [t.stats for t in told]
 
 
 def _first_to_claim(marker: str) -> bool:

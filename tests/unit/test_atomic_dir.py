@@ -15,7 +15,7 @@ import pytest
 
 from essaflow.storage import atomic_dir as ad
 from essaflow.storage.digest import sha256_bytes, sha256_file, table_digest
-from essaflow.storage.manifest import MANIFEST, local_digest, read_manifest, verify_manifest, write_manifest
+from essaflow.storage.manifest import MANIFEST, local_digest, read_manifest, verify_manifest
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -224,7 +224,7 @@ def test_recover_children_restores_every_missing_directory(tmp_path: Path):
 # ---------------------------------------------------------------------------------------------- writers using it
 
 
-def test_essa_checkpoints_use_it_and_old_format_is_still_read(tmp_path: Path):
+def test_essa_checkpoints_use_it_and_a_corrupt_one_is_skipped(tmp_path: Path):
     import numpy as np
 
     from essaflow.essa.checkpoint import latest_checkpoint, read_checkpoint, write_checkpoint
@@ -234,31 +234,24 @@ def test_essa_checkpoints_use_it_and_old_format_is_still_read(tmp_path: Path):
     assert read_manifest(path)["generation"] == 1 and latest_checkpoint(tmp_path) == path
     write_checkpoint(tmp_path, 1, parts)  # a retried generation rewrites in place
     assert _siblings(path) == []
-    legacy = tmp_path / "00000002"  # what the previous code wrote
-    legacy.mkdir()
-    (legacy / "strategy.json").write_text('{"g": 2}')
-    np.savez(legacy / "strategy.npz", w=np.arange(2.0))
-    sha = {f: sha256_file(legacy / f)[0] for f in ("strategy.json", "strategy.npz")}
-    (legacy / MANIFEST).write_text(json.dumps({"format": 1, "generation": 2, "parts": ["strategy"], "sha256": sha}))
-    assert latest_checkpoint(tmp_path) == legacy and read_checkpoint(legacy)[1]["strategy"][0] == {"g": 2}
-    (legacy / "strategy.json").write_text('{"g": 3}')
-    assert latest_checkpoint(tmp_path) == path  # a corrupt legacy one is skipped
+    newer = write_checkpoint(tmp_path, 2, {"strategy": ({"g": 2}, {"w": np.arange(2.0)})})
+    assert latest_checkpoint(tmp_path) == newer and read_checkpoint(newer)[1]["strategy"][0] == {"g": 2}
+    (newer / "strategy.json").write_text('{"g": 3}')
+    assert latest_checkpoint(tmp_path) == path  # the corrupt newest one is skipped
+    with pytest.raises(ValueError, match="incomplete or corrupt"):
+        read_checkpoint(newer)
 
 
-def test_grpo_commit_uses_it_and_old_manifest_name_is_still_found(tmp_path: Path):
+def test_grpo_commit_uses_it_and_a_corrupt_one_is_skipped(tmp_path: Path):
     from essaflow.grpo import checkpoint as ckpt
 
-    stage = ckpt.staging_dir(tmp_path, 1)
-    stage.mkdir()
-    (stage / "trainer_state.json").write_text('{"step": 1}')
-    ckpt.commit(stage, tmp_path, 1)
-    legacy = tmp_path / "2"
-    legacy.mkdir()
-    (legacy / "trainer_state.json").write_text('{"step": 2}')
-    write_manifest(legacy, step=2)
-    os.rename(legacy / MANIFEST, legacy / ckpt.LEGACY_MANIFEST)
-    assert ckpt.latest_checkpoint(tmp_path) == legacy and ckpt.load_trainer_state(legacy) == {"step": 2}
-    (legacy / "trainer_state.json").write_text('{"step": 9}')
+    for step in (1, 2):
+        stage = ckpt.staging_dir(tmp_path, step)
+        stage.mkdir()
+        (stage / "trainer_state.json").write_text(json.dumps({"step": step}))
+        ckpt.commit(stage, tmp_path, step)
+    assert ckpt.latest_checkpoint(tmp_path).name == "2" and ckpt.load_trainer_state(tmp_path / "2") == {"step": 2}
+    (tmp_path / "2" / "trainer_state.json").write_text('{"step": 9}')
     assert ckpt.latest_checkpoint(tmp_path).name == "1"
 
 

@@ -8,6 +8,7 @@ import torch
 from safetensors.torch import load_file
 
 from essaflow.grpo import checkpoint as ckpt
+from essaflow.grpo.advantages import group_advantages
 from essaflow.grpo.loop import build_policy
 from essaflow.grpo.rollout import collect, step_prompt_indices, worker_slots
 from essaflow.grpo.trainer import train_grpo
@@ -108,11 +109,14 @@ def test_rollouts_are_the_same_however_groups_are_split_over_workers(tiny):
     whole = collect(model, tok, splits.train, worker_slots(8, 1, 0), *args)
     halves = [collect(model, tok, splits.train, worker_slots(8, 2, r), *args) for r in (0, 1)]
     g = s.group_size
+    whole_adv = group_advantages(whole.rewards, whole.correct, s.advantage, s.std_mode, s.adv_eps, s.gamma)
     for half in halves:
+        adv = group_advantages(half.rewards, half.correct, s.advantage, s.std_mode, s.adv_eps, s.gamma)
         for i, slot in enumerate(half.slots):
             mine = half.completion_ids[i * g : (i + 1) * g]
             assert torch.equal(mine, whole.completion_ids[slot * g : (slot + 1) * g])
-            assert torch.equal(half.advantages[i * g : (i + 1) * g], whole.advantages[slot * g : (slot + 1) * g])
+            assert torch.equal(half.rewards[i], whole.rewards[slot])
+            assert torch.equal(adv.advantages[i], whole_adv.advantages[slot])  # a group never spans workers
     assert step_prompt_indices(3, 8, len(splits.train), 0) == step_prompt_indices(3, 8, len(splits.train), 0)
 
 

@@ -287,8 +287,8 @@ def test_run_files_that_cannot_be_used(tmp_path):
 
 
 def test_reader_uses_the_trainers_field_names():
-    from essaflow.essa.trainer import GenerationMetrics
-    from essaflow.grpo.update import StepMetrics
+    from essaflow.essa.generation import GenerationMetrics
+    from essaflow.grpo.metrics import StepMetrics
 
     essa_fields = {f.name for f in dataclasses.fields(GenerationMetrics)}
     grpo_fields = {f.name for f in dataclasses.fields(StepMetrics)}
