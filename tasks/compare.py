@@ -36,6 +36,7 @@ from essaflow.refs import AdapterRef, EvalRef, RunRef
 from essaflow.storage import open_store
 from essaflow.training.run import method_tags
 from tasks import failures
+from tasks.retry import retry_policy
 from tasks.run import tracked
 
 COMPARE_TAG = "essaflow.compare_run"  # on every child run: the parent's run id
@@ -46,7 +47,7 @@ def task_config(cfg: CompareConfig) -> PipelineConfig:
     return cfg.task.model_copy(update={"name": cfg.name})
 
 
-@task(name="open_comparison", task_run_name="open_comparison", retries=0, on_failure=[failures.on_task_failure])
+@task(name="open_comparison", task_run_name="open_comparison", **retry_policy(retries=0))
 def open_comparison(cfg: CompareConfig) -> RunRef:
     """Storage and MLflow reachable (else fail before compute), then the parent MLflow run."""
     run_id = flow_run.get_id() or uuid.uuid4().hex
@@ -73,7 +74,7 @@ def open_comparison(cfg: CompareConfig) -> RunRef:
     )  # fmt: skip
 
 
-@task(name="open_arm", task_run_name="open-{arm.name}", retries=2, retry_delay_seconds=[1, 4])
+@task(name="open_arm", task_run_name="open-{arm.name}", **retry_policy(backoff_s=1))
 def open_arm(parent: RunRef, arm: Arm) -> RunRef:
     """The arm's child MLflow run (nested under the parent; a retry finds the same one) and its storage prefix."""
     run_id = f"{parent.run_id}-{arm.name}"
@@ -99,7 +100,7 @@ def _rows(run: RunRef) -> list[dict[str, Any]]:
     return [json.loads(line) for line in raw.splitlines() if line.strip()]
 
 
-@task(name="close_arm", task_run_name="close-{arm.name}", retries=2, retry_delay_seconds=[1, 4])
+@task(name="close_arm", task_run_name="close-{arm.name}", **retry_policy(backoff_s=1))
 def close_arm(run: RunRef, arm: Arm, tuned: AdapterRef, after: EvalRef, start: EvalRef) -> ArmResult:
     """The arm's measurements from storage (per-problem counts, the trainer's rows); the child run finished."""
     counts, rows = read_eval_report(after).correct_counts, _rows(run)
@@ -149,13 +150,7 @@ def _unrecorded_settings(method: str, essa: ESSAConfig, grpo: GRPOConfig) -> dic
     return {"workers": grpo.workers.count, "mini_batches": grpo.mini_batches}
 
 
-@task(
-    name="write_report",
-    task_run_name="write_report",
-    retries=2,
-    retry_delay_seconds=[1, 4],
-    on_failure=[failures.on_task_failure],
-)
+@task(name="write_report", task_run_name="write_report", **retry_policy(backoff_s=1))
 def write_report(cfg: CompareConfig, parent: RunRef, start: EvalRef, arms: list[ArmResult]) -> dict[str, Any]:
     """Tables, claims, gate verdicts, projection and figures: to storage (runs/<id>/report/), to the parent MLflow
     run (report/), and as Prefect artifacts; the parent run finished. Returns the report's JSON."""

@@ -1,7 +1,8 @@
 """Which failures a retry can fix, and the retry policy every pipeline task declares (`**retry_policy()`).
 
-A bad config, a malformed dataset, missing credentials or a missing bucket fail the same way every time, so they
-fail at once with their message; a dropped connection, a timeout or a crashed trainer gets the task's retries.
+A bad config, a malformed dataset, a missing file or object, missing credentials or a missing bucket fail the same
+way every time, so they fail at once with their message; a dropped connection, a timeout or a crashed trainer gets
+the task's retries.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from essaflow.storage import StorageError
 from essaflow.tracking import TrackingError
 from tasks import failures
 
-PERMANENT_STORAGE = {"missing_bucket", "credentials", "invalid", "conflict"}
+PERMANENT_STORAGE = {"missing_bucket", "missing_object", "credentials", "invalid", "conflict"}
+#: raised the same way by every attempt: a retry cannot help
+PERMANENT = (ConfigError, DataError, TrackingError, ImportError, FileNotFoundError)
 
 
 def transient_only(task: Any, task_run: Any, state: Any) -> bool:
@@ -25,7 +28,7 @@ def transient_only(task: Any, task_run: Any, state: Any) -> bool:
     is noted in tasks.failures, so the report can name the first)."""
     try:
         state.result()
-    except (ConfigError, DataError, TrackingError, ImportError) as e:  # DataError: unreadable file, malformed rows
+    except PERMANENT as e:  # DataError: unreadable file, malformed rows
         failures.record(task_run, e)
         return False
     except StorageError as e:

@@ -24,6 +24,7 @@ from essaflow.training.resume import record_run, resolve_run_id
 from essaflow.training.run import method_tags
 from tasks import failures
 from tasks.progress import notify
+from tasks.retry import retry_policy
 
 PIPELINE_STAGES = 8  # open_run .. register, for the terminal's stage counter
 
@@ -56,9 +57,8 @@ def tracked(run: RunRef) -> tracking.TrackedRun:
 @task(
     name="open_run",
     task_run_name="open_run",
-    retries=0,
+    **retry_policy(retries=0),
     on_completion=[record_stage],
-    on_failure=[failures.on_task_failure],
 )
 def open_run(config: PipelineConfig, resume: str | None = None) -> RunRef:
     """Preflight (storage and MLflow reachable, credentials accepted, a joined Ray cluster large enough for the
@@ -173,9 +173,7 @@ Method: {adapter.method_label or adapter.kind}{f"; fitness: {adapter.fitness_kin
 @task(
     name="close_run",
     task_run_name="close_run",
-    retries=2,
-    retry_delay_seconds=[1, 4],
-    on_failure=[failures.on_task_failure],
+    **retry_policy(backoff_s=1),
 )
 def close_run(
     run: RunRef,

@@ -42,26 +42,37 @@ def plot_pass_curves(arms: list[ArmResult], sft_curve: list[float], out: Path) -
     return _save(plt, fig, out)
 
 
-def plot_time_to_accuracy(arms: list[ArmResult], out: Path) -> Path:
-    """Held-out greedy accuracy against training wall seconds and against generated tokens; one line per seed."""
+SEED_STYLES = ("-", "--", ":", "-.")
+
+
+def time_to_accuracy_figure(arms: list[ArmResult]):
+    """Held-out greedy accuracy against training wall seconds (left) and against generated tokens (right): one
+    line per seed, its points in the order of the panel's axis, the method's colour, a line style per seed."""
     plt = _pyplot()
     groups = by_method(arms)
     colour = _colours(list(groups))
     fig, (by_time, by_tokens) = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
     for method, runs in groups.items():
-        for i, r in enumerate(runs):
-            label = f"{method}: {r.label}" if i == 0 else None
-            t = [p["train_s"] for p in r.curve]
-            g = [p["generated_tokens"] for p in r.curve]
-            acc = [p["greedy"] for p in r.curve]
-            by_time.plot(t, acc, color=colour[method], marker=".", alpha=0.8, label=label)
-            by_tokens.plot(g, acc, color=colour[method], marker=".", alpha=0.8, label=label)
+        for i, r in enumerate(sorted(runs, key=lambda r: r.seed)):
+            style = {"color": colour[method], "linestyle": SEED_STYLES[i % len(SEED_STYLES)], "marker": "."}
+            label = f"{method}: {r.label}, seed {r.seed}"
+            for ax, x in ((by_time, "train_s"), (by_tokens, "generated_tokens")):
+                points = sorted(r.curve, key=lambda p: p[x])
+                (line,) = ax.plot(
+                    [p[x] for p in points], [p["greedy"] for p in points], alpha=0.8, label=label, **style
+                )
+                line.set_gid(f"{method}/seed{r.seed}")
     by_time.set(xlabel="training wall seconds", ylabel="held-out greedy accuracy", title="time to accuracy")
     by_tokens.set(xlabel="generated tokens", title="tokens to accuracy")
     for ax in (by_time, by_tokens):
         ax.grid(alpha=0.3)
-    by_time.legend(fontsize=7)
-    return _save(plt, fig, out)
+    by_time.legend(fontsize=6)
+    return fig
+
+
+def plot_time_to_accuracy(arms: list[ArmResult], out: Path) -> Path:
+    """time_to_accuracy_figure as a PNG."""
+    return _save(_pyplot(), time_to_accuracy_figure(arms), out)
 
 
 def plot_bytes(arms: list[ArmResult], out: Path) -> Path:

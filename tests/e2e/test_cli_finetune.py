@@ -3,6 +3,7 @@ MLflow file, file:// storage, the built-in tiny model; nothing started by the us
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import subprocess
@@ -91,7 +92,12 @@ def test_eval_without_a_config_uses_the_dataset_and_protocol_the_version_records
     assert "on its recorded dataset and protocol" in err
     # the run's eval protocol (n=4, ks 1,2,4), not the defaults (n=16, ks up to 16)
     assert set(out["pass_at_k"]) == {"greedy", "pass@1", "pass@2", "pass@4"}
-    assert 0.0 <= out["truncated_share"] <= 1.0
+    # the share is the one its report's rows give: every completion is kept there (n=4 = samples_saved_per_problem)
+    report = Path(out["report_uri"].removeprefix("file://"))
+    with gzip.open(report / "samples.jsonl.gz", "rt") as f:
+        completions = [c for line in f if line.strip() for c in json.loads(line)["completions"]]
+    assert len(completions) == 16 * 4
+    assert out["truncated_share"] == round(sum(c["truncated"] for c in completions) / len(completions), 4)
 
 
 @pytest.mark.parametrize(

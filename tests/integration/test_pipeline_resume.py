@@ -7,8 +7,10 @@ the middle of a checkpoint's multipart upload, the run fails cleanly, nothing pa
 completes. A config that changes the run's trajectory is refused, naming the field.
 
 Every resumed run is compared with one uninterrupted `essaflow run` of the same config (a module fixture). The runs
-meant to fail get short retry backoffs (ESSAFLOW_RETRY_BACKOFF_SCALE, or the task's options in this process): the
-retries still happen, without 15-22 s of waiting between attempts against a server that is not coming back.
+meant to fail get short retry backoffs (ESSAFLOW_RETRY_BACKOFF_SCALE, or the task's options in this process) and a
+2 s window per storage operation: the retries still happen, without 15-22 s of waiting between attempts against a
+server that is not coming back. A resumed run starts once the restarted server serves (a probe object put and read
+back) and gets the default policy and window, as a user's would.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ CFG = tiny(method="essa", essa={**tiny()["essa"], "generations": GENERATIONS, "c
 #: the train task's backoffs (5 s, 10 s, each +-50 %) in runs whose storage stays dead: 0.5 s and 1 s
 BACKOFF_SCALE = 0.1
 FAST_RETRY = {"ESSAFLOW_RETRY_BACKOFF_SCALE": str(BACKOFF_SCALE)}
+#: what only the runs meant to fail get: short task backoffs and a 2 s window per storage operation
+SHORT_WINDOWS = {**FAST_RETRY, "ESSAFLOW_S3_RETRY_TIMEOUT_S": "2"}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -104,9 +108,7 @@ def test_s3_dead_for_good_fails_with_a_json_line_and_resume_last_ends_with_the_u
     server = seaweedfs_factory("resume")
     store = server.store("run")
     (tmp_path / "resume-cli.yaml").write_text(yaml.safe_dump({**CFG, "name": "resume-cli"}))
-    env = stack_in_process.subprocess_env(
-        **server.env, ESSAFLOW_STORAGE_URI="s3://resume/run", ESSAFLOW_S3_RETRY_TIMEOUT_S="2", **FAST_RETRY
-    )
+    env = stack_in_process.subprocess_env(**server.env, ESSAFLOW_STORAGE_URI="s3://resume/run", **SHORT_WINDOWS)
     clean, clean_mlflow, clean_s = uninterrupted.digest, uninterrupted.mlflow_run_id, uninterrupted.wall_s
     killed: dict[str, float] = {}
 
@@ -143,10 +145,10 @@ def test_s3_dead_for_good_fails_with_a_json_line_and_resume_last_ends_with_the_u
         for key, value in server.env.items():
             monkeypatch.setenv(key, value)
         changed = {**CFG, "name": "resume-cli", "storage_uri": "s3://resume/run"}
-        server.start()
+        server.restart()  # serving again, not just accepting connections
         finetune(parse_config({**changed, "essa": {**CFG["essa"], "sigma0": 0.9}}), resume=run_id)
 
-    resume_env = {k: v for k, v in env.items() if k not in FAST_RETRY}  # the resumed run: the default policy
+    resume_env = {k: v for k, v in env.items() if k not in SHORT_WINDOWS}  # the resumed run: the default policy
     rc, out, err, resumed_s = _essaflow(
         ["run", "resume-cli.yaml", "--no-progress", "--resume", "last"], resume_env, tmp_path
     )
@@ -175,8 +177,9 @@ def test_s3_killed_mid_checkpoint_upload_leaves_nothing_partial_and_a_resumed_ru
 
     clean = uninterrupted.digest
     server = seaweedfs_factory("midrun")
-    for key, value in {**server.env, "ESSAFLOW_S3_RETRY_TIMEOUT_S": "2"}.items():
+    for key, value in server.env.items():
         monkeypatch.setenv(key, value)
+    monkeypatch.setenv("ESSAFLOW_S3_RETRY_TIMEOUT_S", SHORT_WINDOWS["ESSAFLOW_S3_RETRY_TIMEOUT_S"])  # this run fails
     monkeypatch.setattr(S3Store, "multipart_threshold", 64 * 1024)
     seen: dict[str, str] = {}
 
@@ -203,14 +206,15 @@ def test_s3_killed_mid_checkpoint_upload_leaves_nothing_partial_and_a_resumed_ru
     assert seen, "the server must have died during a multipart upload of checkpoint 2"
     assert state.is_failed()
     run_id = str(state.state_details.flow_run_id)
-    server.start()
+    server.restart()  # serving again (a put and a get), not just accepting connections
     store = open_store("s3://midrun/run")
     ckpt2 = store.list(f"runs/{run_id}/checkpoints/00000002")
     assert f"runs/{run_id}/checkpoints/00000002/{MANIFEST}" not in ckpt2, "checkpoint 2 must not look complete"
     assert latest_checkpoint(store, SimpleNamespace(run_prefix=f"runs/{run_id}")) == "00000001"
     assert not any(seen["key"].endswith(k) for k in ckpt2), f"the cut-off object is visible: {seen['key']}"
 
-    monkeypatch.setattr(pipeline, "train", train)  # the resumed run: the default policy
+    monkeypatch.setattr(pipeline, "train", train)  # the resumed run: the default policy and storage window
+    monkeypatch.delenv("ESSAFLOW_S3_RETRY_TIMEOUT_S")
     result = pipeline.finetune(cfg, resume=run_id)
 
     assert result.run_id == run_id and result.training["resumed_from"] == 1

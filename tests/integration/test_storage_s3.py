@@ -262,7 +262,7 @@ def test_conditional_write_fallback_when_server_lacks_if_none_match(s3_store: S3
 
 def test_server_restart_mid_upload_completes_and_never_shows_partial(seaweedfs_factory, tmp_path: Path):
     server = seaweedfs_factory()
-    store = server.store("restart")
+    store = server.store("restart", retry_timeout=60)  # the store's window spans the restart, however slow
     src = tmp_path / "src"
     files = _make_dir(src, n=12, size=64 * 1024)
     puts = _record_puts(store)

@@ -3,6 +3,7 @@ from the trainers' rows, claims and gate verdicts computed from the runs, the re
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from pathlib import Path
 
@@ -153,6 +154,39 @@ def test_report_page_and_figures(tmp_path):
                      ("time_to_accuracy.png", lambda p: plots.plot_time_to_accuracy(ARMS, p)),
                      ("bytes.png", lambda p: plots.plot_bytes(ARMS, p))):  # fmt: skip
         assert fn(tmp_path / name).read_bytes().startswith(PNG)
+
+
+def _seeded_curves(method: str, label: str, seeds: int) -> list[ArmResult]:
+    """A method's seeds, each with its own trainer rows (a generation every 2-4 s, an eval every second one)."""
+    arms = []
+    for seed in range(seeds):
+        rng = random.Random(seed)
+        rows = [{"wall_s": rng.uniform(2, 4), "generated_tokens": rng.randint(100, 300), "fitness_mean": 0.1,
+                 "eval_greedy": 0.4 + 0.01 * g if g % 2 else None} for g in range(1, 11)]  # fmt: skip
+        arm = _arm(method, label, seed, 0.5, 0.8)
+        arms.append(dataclasses.replace(arm, curve=accuracy_curve(rows, 0.4)))
+    return arms
+
+
+def test_time_to_accuracy_draws_one_line_per_seed_in_axis_order():
+    import matplotlib.pyplot as plt
+
+    arms = _seeded_curves("essa", "ESSA(es, accuracy)", 3) + _seeded_curves("grpo", "GRPO", 3)
+    fig = plots.time_to_accuracy_figure(arms)
+    try:
+        for ax, x in zip(fig.axes, ("train_s", "generated_tokens")):
+            lines = {line.get_gid(): line for line in ax.get_lines()}
+            assert len(ax.get_lines()) == len(lines) == 6  # one per seed per method, none joined
+            for a in arms:
+                line = lines[f"{a.method}/seed{a.seed}"]
+                xs = list(line.get_xdata())
+                assert xs == [p[x] for p in a.curve] and len(xs) == 6  # the start and 5 evaluations
+                assert all(u <= v for u, v in zip(xs, xs[1:])), (a.method, a.seed, xs)
+                assert list(line.get_ydata()) == [p["greedy"] for p in a.curve]
+            colours = {m: {lines[f"{m}/seed{s}"].get_color() for s in range(3)} for m in ("essa", "grpo")}
+            assert len(colours["essa"]) == len(colours["grpo"]) == 1 and colours["essa"] != colours["grpo"]
+    finally:
+        plt.close(fig)
 
 
 def test_the_cli_refuses_a_bad_compare_config_before_any_compute():

@@ -6,12 +6,13 @@ The GPU itself is exercised by bench/gpu_check.py on a GPU; here nothing needs C
 from __future__ import annotations
 
 import importlib
+import sys
 
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from essaflow.config import ConfigError, ModelConfig, PipelineConfig, SFTConfig
+from essaflow.config import ConfigError, EvalConfig, ModelConfig, PipelineConfig, SamplingConfig, SFTConfig
 from essaflow.data.synthetic import synthetic_problems
 from essaflow.generation.sampling import resolve_backend, vllm_available
 from essaflow.model.devices import resolve_device
@@ -24,6 +25,7 @@ from essaflow.model.loading import (
     save_adapter,
 )
 from essaflow.training.sft import train_sft
+from essaflow.training.warm_start import evaluate_adapter, evaluate_output
 
 needs_no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the behaviour without a GPU")
 
@@ -33,9 +35,21 @@ def test_gpu_modules_import_without_cuda_or_vllm():
     modules += ("essaflow.cluster",)
     for name in modules:
         importlib.import_module(name)
-    import essaflow.generation.sampling as sampling
 
-    assert sampling.VLLMGenerator.__init__  # defined; vllm itself is imported only when one is built
+
+@pytest.mark.parametrize("evaluate", ["adapter", "full checkpoint"])
+def test_evaluating_with_vllm_where_it_is_not_installed_names_the_extra_before_loading(evaluate, monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "vllm", None)  # `import vllm` fails, as without the extra
+    model = ModelConfig(name_or_path=str(tmp_path / "no-such-model"))  # never read: the error comes first
+    args = ([], EvalConfig(), SamplingConfig(backend="vllm"))
+    with pytest.raises(ConfigError) as err:
+        if evaluate == "adapter":
+            evaluate_adapter(model, None, *args)
+        else:
+            evaluate_output(model, tmp_path / "no-such-checkpoint", "full", *args)
+    msg = str(err.value)
+    assert "sampling.backend=vllm needs the vllm extra (pip install 'essaflow[vllm]')" in msg, msg
+    assert "vllm imports: False" in msg, msg
 
 
 @needs_no_gpu

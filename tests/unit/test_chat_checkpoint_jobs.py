@@ -1,15 +1,15 @@
 """Both training jobs on a Qwen-architecture checkpoint with a GSM8K-format file, a few steps each: SFT on the
-worked solutions under the chat template, ESSA scoring and GRPO rollouts, pass@k before and after, truncation
-shares in the job's JSON. A smoke run (seconds), not a gain: the dress rehearsals of the paper recipes build on
-tests/support/real_checkpoints.py for that."""
+worked solutions under the chat template, ESSA scoring and GRPO rollouts, pass@k before and after, and each stage's
+truncation share in the job's JSON. With a cap of 1 new token a completion ends its turn only by stopping at once,
+which a checkpoint trained to answer "#### n<|im_end|>" does not: every share is exactly 1
+(tests/unit/test_chat_checkpoint_paths.py measures the share itself). Training here proves no gain: the learning
+tests in tests/learning do."""
 
 import pytest
 
 from essaflow.config import load_config
 from essaflow.training.job import run_training_job
 from tests.support.real_checkpoints import write_gsm8k_jsonl
-
-pytestmark = pytest.mark.learning
 
 METHODS = {
     "essa": ["essa.population=4", "essa.generations=2", "essa.minibatch=8", "essa.eval_every=0", "essa.backend=local"],
@@ -26,7 +26,7 @@ def test_both_jobs_run_on_a_chat_checkpoint_and_report_truncation(method, qwen_t
         [
             f"method={method}", "data.source=file", f"data.path={data}", "data.adapter=gsm8k", "data.eval_size=16",
             "data.system_prompt='Write the answer after ####.'", f"model.name_or_path={qwen_trained}",
-            "model.target_modules=[q_proj,v_proj]", "model.lora_rank=4", "sampling.max_new_tokens=64",
+            "model.target_modules=[q_proj,v_proj]", "model.lora_rank=4", "sampling.max_new_tokens=1",
             "eval.samples_per_problem=4", "eval.ks=[1,2,4]", "sft.steps=20", "sft.batch_size=8", "sft.lr=1e-3",
             f"storage_uri=file://{tmp_path}/store", *METHODS[method],
         ],
@@ -36,5 +36,5 @@ def test_both_jobs_run_on_a_chat_checkpoint_and_report_truncation(method, qwen_t
     shares = out["truncated_share"]
     print(method, "truncated shares", shares)
     assert out["steps"] == 2 and set(out["after"]) >= {"greedy", "pass@1"}
-    assert 0.0 <= shares["before"] <= 1.0 and 0.0 <= shares["after"] <= 1.0
-    assert (shares["rollouts"] is None) == (method == "essa")
+    assert shares["before"] == 1.0 and shares["after"] == 1.0
+    assert shares["rollouts"] == (None if method == "essa" else 1.0)  # ESSA samples no rollouts

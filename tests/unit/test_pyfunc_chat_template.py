@@ -7,14 +7,10 @@ from __future__ import annotations
 import sys
 import uuid
 
-import pytest
-
 from essaflow import tracking
 from essaflow.config import DataConfig, ModelConfig, PipelineConfig, SamplingConfig
 from essaflow.generation.sampling import TransformersGenerator
 from essaflow.model.loading import attach_lora, load_base_model, load_tokenizer, save_adapter
-
-pytestmark = pytest.mark.integration
 
 QUESTIONS = ["Tom has 12 apples and buys 7 more. How many apples does he have?", "Tom has 30 apples and buys 5 more."]
 
