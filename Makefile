@@ -36,7 +36,7 @@ demo: $(STAMP)
 	$(BIN)/essaflow demo --method $(METHOD)
 
 test: $(STAMP) browser
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
