@@ -32,8 +32,8 @@ import ray
 import torch
 
 from essaflow.config import load_config
-from essaflow.essa.generation import run_generation, start_search
 from essaflow.essa.population import RayPopulation
+from essaflow.essa.step import run_generation, start_search
 from essaflow.essa.svd_lora import SVDLoRA
 from essaflow.essa.trainer import scoring_spec
 from essaflow.model.loading import load_model_with_adapter

@@ -51,8 +51,8 @@ def project_scaling(
     costs an ESSA and a GRPO run measured. Prints tables, then one JSON line with a `projection` object.
     """
     from essaflow.projection import ProjectionError, table
+    from essaflow.projection.measured import read_runs, run_projection, run_summary
     from essaflow.projection.paper import PaperSettings, paper_projection, paper_summary, physical_only_projection
-    from essaflow.projection.runs import read_runs, run_projection, run_summary
 
     counts = _gpu_counts(gpus)
     try:

@@ -1,7 +1,7 @@
 """What every config shares: strict pydantic models, one error type, trajectory marks and renamed keys.
 
 Each stage's config lives beside the code it configures (`essa/config.py`, `grpo/config.py`, `data/config.py`,
-`models.py`, ...); `config.py` composes them into the pipeline config. This module holds only the pieces they
+`model/loading.py`, ...); `config.py` composes them into the pipeline config. This module holds only the pieces they
 all use, so no config module imports another stage's code.
 
 - **Trajectory marks.** A field declared with :func:`trajectory` changes what a training run computes, so a

@@ -31,7 +31,7 @@ from essaflow.compare.results import (
 )
 from essaflow.compare.scaling import compare_projection
 from essaflow.config import ESSAConfig, GRPOConfig, PipelineConfig
-from essaflow.projection.runs import RunMetrics
+from essaflow.projection.measured import RunMetrics
 from essaflow.refs import AdapterRef, EvalRef, RunRef
 from essaflow.storage import open_store
 from essaflow.training.run import method_tags
@@ -144,7 +144,7 @@ def _projection_runs(cfg: CompareConfig, arms: list[ArmResult], parent: RunRef) 
 
 
 def _unrecorded_settings(method: str, essa: ESSAConfig, grpo: GRPOConfig) -> dict[str, int]:
-    """What the latency model needs that the rows do not record (essaflow/projection/runs.py)."""
+    """What the latency model needs that the rows do not record (essaflow/projection/measured.py)."""
     if method == "essa":
         return {"workers": essa.workers.count, "population": essa.population, "minibatch": essa.minibatch}
     return {"workers": grpo.workers.count, "mini_batches": grpo.mini_batches}

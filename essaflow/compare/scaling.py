@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from essaflow.projection import ProjectionError, table
+from essaflow.projection.measured import RunMetrics, run_projection, run_summary
 from essaflow.projection.paper import PaperSettings, paper_projection, paper_summary
-from essaflow.projection.runs import RunMetrics, run_projection, run_summary
 
 LABEL = "projection: ESSA-v3 App. B latency model, not a measurement"
 

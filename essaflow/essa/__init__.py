@@ -9,6 +9,6 @@ docs/algorithms.md sec. 2).
 - `minibatch.py`  the shared prompts of each generation
 - `config.py`     ESSAConfig
 - `checkpoint.py` JSON + npz checkpoints (no pickle), atomic, manifest last
-- `generation.py` one generation, minibatch -> ask -> evaluate -> tell -> record: the step every search runs
+- `step.py`       one generation, minibatch -> ask -> evaluate -> tell -> record: the step every search runs
 - `trainer.py`    the loop over generations, held-out eval, checkpoint/resume
 """

@@ -30,10 +30,10 @@ import numpy as np
 from essaflow.config import PipelineConfig, changed_trajectory, method_trajectory
 from essaflow.data import Splits
 from essaflow.essa.checkpoint import latest_checkpoint, read_checkpoint, write_checkpoint
-from essaflow.essa.generation import Generation, run_generation, start_search
 from essaflow.essa.minibatch import MinibatchSampler
 from essaflow.essa.population import LocalPopulation, RayPopulation
 from essaflow.essa.scorer import ScoringSpec
+from essaflow.essa.step import Generation, run_generation, start_search
 from essaflow.essa.svd_lora import SVDLoRA
 from essaflow.generation.sampling import TransformersGenerator
 from essaflow.judging.evaluation import greedy_accuracy

@@ -14,7 +14,7 @@
 
 An unreachable tracking server is reported by `check_tracking` in a few seconds, naming the URI, before any
 compute starts. This module never imports prefect. (About 400 lines: runs, model logging and the registry gate
-share one client and one naming scheme; `tracking_buffer.py` holds the batching of step metrics.)
+share one client and one naming scheme; `tracking/buffer.py` holds the batching of step metrics.)
 """
 
 from __future__ import annotations

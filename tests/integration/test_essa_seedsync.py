@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from essaflow.essa.checkpoint import latest_checkpoint
-from essaflow.essa.generation import run_generation, start_search
 from essaflow.essa.population import LocalPopulation, RayPopulation
 from essaflow.essa.scorer import CandidateScorer
+from essaflow.essa.step import run_generation, start_search
 from essaflow.essa.trainer import scoring_spec, train_essa
 from tests.support import essa_tiny
 from tests.support.essa_tiny import make_tiny

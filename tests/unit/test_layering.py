@@ -129,3 +129,10 @@ def test_no_import_cycle_between_modules_of_the_library():
 def test_no_import_cycle_between_parts_of_the_library():
     cycles = library_cycles(part=lambda module: ".".join(module.split(".")[:2]), skip=is_composition)
     assert not cycles, "import cycles between parts (modules, subpackages) of essaflow/:\n" + "\n".join(cycles)
+
+
+def test_the_library_root_holds_only_what_every_stage_shares():
+    """The pipeline config and its base, the plug-in registry, refs, secrets, timing, the input check: at most 12
+    modules; every stage's own code lives in the subpackage named for it."""
+    root = sorted(p.stem for p in (REPO / "essaflow").glob("*.py"))
+    assert len(root) <= 12, root

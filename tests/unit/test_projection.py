@@ -31,6 +31,7 @@ from essaflow.projection import (
     theorem_b2_holds,
     theta_star,
 )
+from essaflow.projection.measured import read_runs, run_projection
 from essaflow.projection.paper import (
     ADAPTED,
     PAPER_MINUTES,
@@ -40,7 +41,6 @@ from essaflow.projection.paper import (
     paper_projection,
     physical_only_projection,
 )
-from essaflow.projection.runs import read_runs, run_projection
 
 BW = 50e9
 GRAD = GradIteration(batch=512, eta_fb=0.5, eta_gen=0.3, trainable_bytes=67e6, m_fb=2, m_gen=1)
@@ -287,7 +287,7 @@ def test_run_files_that_cannot_be_used(tmp_path):
 
 
 def test_reader_uses_the_trainers_field_names():
-    from essaflow.essa.generation import GenerationMetrics
+    from essaflow.essa.step import GenerationMetrics
     from essaflow.grpo.metrics import StepMetrics
 
     essa_fields = {f.name for f in dataclasses.fields(GenerationMetrics)}

@@ -15,8 +15,6 @@ from essaflow.model.loading import ModelConfig, load_model_with_adapter
 from essaflow.model.quantization import is_quantized
 from essaflow.training.warm_start import cached_sft_adapter, prepare_splits
 
-pytest.importorskip("torchao")
-
 
 @pytest.fixture(scope="module")
 def tiny_sft():

@@ -213,7 +213,6 @@ def _pids_mentioning(text: str) -> list[int]:
 
 @pytest.fixture(scope="package")
 def ray_cluster(tmp_path_factory) -> Iterator[LocalRayCluster]:
-    pytest.importorskip("ray")
     c = LocalRayCluster(tmp_path_factory.mktemp("ray-cluster"))
     try:
         c.start_head()
