@@ -6,6 +6,7 @@ and the strategy has something to rank. Learning itself is tested on the calibra
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -104,6 +105,12 @@ def local_ray(test_module: ModuleType) -> Iterator[None]:
     travel to the workers by value, not by import path, and every worker registers the test reward."""
     import ray
 
+    from essaflow.cluster import reload_ray_auth
+
+    # A local Ray of the test's own, without token auth: settings an earlier test's cluster left in this process
+    # (the environment, and Ray's per-process cache of it) must not reach it.
+    saved = {k: os.environ.pop(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH", "RAY_ADDRESS") if k in os.environ}
+    reload_ray_auth()
     ray.cloudpickle.register_pickle_by_value(test_module)
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     ray.init(
@@ -116,3 +123,5 @@ def local_ray(test_module: ModuleType) -> Iterator[None]:
         yield
     finally:
         ray.shutdown()
+        os.environ.update(saved)
+        reload_ray_auth()
