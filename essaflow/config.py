@@ -12,7 +12,8 @@ Where each section is defined (and documented, field by field):
 
 Every field carries a docstring (pydantic keeps it as the field description, so the Prefect UI form shows it).
 Unknown keys are rejected, and cross-field rules run at load time, so a bad value fails before any compute starts
-with a message naming the field. Presets are YAML files in configs/; `--set a.b=c` overrides are parsed as YAML.
+with a message naming the field. Presets are YAML files in configs/; a `--set a.b=c` value is a list or mapping
+when it opens with `[` or `{`, a number, boolean or null when YAML would type it so, else the text as written.
 
 A preset may start from another: `extends: tiny.yaml` (a path relative to the preset's own folder) reads that file
 first, then merges the preset on top of it key by key (see :func:`merge_tree`: the preset wins; a list or a number
@@ -44,7 +45,7 @@ __all__ = [
     "ConfigError", "DataConfig", "ESSAConfig", "ESSAWorkersConfig", "EvalConfig", "GRPOConfig", "GRPOWorkersConfig",
     "ModelConfig", "PipelineConfig", "RayWorkersConfig", "SFTConfig", "SamplingConfig", "SyntheticTaskConfig",
     "apply_overrides", "apply_values", "changed_trajectory", "load_config", "merge_tree", "method_trajectory",
-    "parse_config", "read_yaml_tree", "resolve_extends",
+    "override_value", "parse_config", "read_yaml_tree", "resolve_extends",
 ]  # fmt: skip
 
 
@@ -140,14 +141,47 @@ def apply_values(tree: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]
 
 
 def apply_overrides(tree: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Apply `key.sub=value` overrides (values parsed as YAML) to a plain config dict."""
+    """Apply `key.sub=value` overrides to a plain config dict (each value read by :func:`override_value`)."""
     tree = copy.deepcopy(tree)
     for item in overrides:
         if "=" not in item:
-            raise ConfigError(f"override {item!r} must look like section.key=value")
+            raise ConfigError(f"--set {item!r} must look like section.key=value")
         key, raw = item.split("=", 1)
-        _set_dotted(tree, key.strip(), yaml.safe_load(raw))
+        _set_dotted(tree, key.strip(), override_value(raw, item, len(key) + 1))
     return tree
+
+
+#: what opens a YAML literal in a `--set` value: a list, a mapping, a quoted string
+_LITERAL_OPENERS = ("[", "{", '"', "'")
+_TYPED_SCALARS = {f"tag:yaml.org,2002:{kind}" for kind in ("int", "float", "bool", "null")}
+
+
+def override_value(raw: str, word: str | None = None, offset: int = 0) -> Any:
+    """A `--set` value: a list, mapping or quoted string literal is read as YAML; a number, a boolean or null is
+    typed; any other text is the string as written (so `Q: {prompt}` stays text, not a mapping).
+
+    A literal YAML cannot read is a ConfigError naming the `--set` word and the column (`offset`: where the value
+    starts in `word`)."""
+    text = raw.strip()
+    if text.startswith(_LITERAL_OPENERS):
+        try:
+            return yaml.safe_load(text)
+        except yaml.YAMLError as err:
+            shift = offset + len(raw) - len(raw.lstrip())
+            raise _syntax_error(f"--set {word or raw!r}", err, shift) from None
+    if yaml.resolver.Resolver().resolve(yaml.ScalarNode, text, (True, False)) in _TYPED_SCALARS:
+        return yaml.safe_load(text)
+    return raw
+
+
+def _syntax_error(where: str, err: yaml.YAMLError, column_offset: int = 0) -> ConfigError:
+    """One line: where, line and column (1-based), and what YAML expected."""
+    mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
+    at = f"line {mark.line + 1}, column {mark.column + 1 + column_offset}: " if mark is not None else ""
+    problem = getattr(err, "problem", None) or str(err)
+    context = getattr(err, "context", None)
+    detail = f"{problem} ({context})" if context else problem
+    return ConfigError(f"{where}: {at}YAML syntax error: {' '.join(str(detail).split())}")
 
 
 def _explain(err: ValidationError) -> str:
@@ -178,8 +212,8 @@ EXTENDS = "extends"
 
 
 def read_yaml_tree(path: str | Path, what: str = "config file") -> dict[str, Any]:
-    """A YAML config file as a plain mapping, its `extends:` chain resolved; a missing file, a non-mapping or a
-    cycle is a ConfigError naming the file."""
+    """A YAML config file as a plain mapping, its `extends:` chain resolved; a missing or empty file, a YAML syntax
+    error (with its line and column), a non-mapping or a cycle is a ConfigError naming the file."""
     return _read_tree(Path(path), what, ())
 
 
@@ -204,7 +238,16 @@ def resolve_extends(tree: dict[str, Any], origin: str | Path, chain: tuple[Path,
 def _read_tree(path: Path, what: str, chain: tuple[Path, ...]) -> dict[str, Any]:
     if not path.exists():
         raise ConfigError(f"{what} not found: {path}")
-    tree = yaml.safe_load(path.read_text()) or {}
+    if not path.is_file():
+        raise ConfigError(f"{what} {path} is not a file")
+    try:
+        tree = yaml.safe_load(path.read_text())
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{what} {path} is not UTF-8 text: {err.reason} at byte {err.start}") from None
+    except yaml.YAMLError as err:
+        raise _syntax_error(str(path), err) from None
+    if tree is None:  # no document at all: running on every default is rarely what a config file meant
+        raise ConfigError(f"{what} {path} is empty: write the keys it sets (`{{}}` for every default)")
     if not isinstance(tree, dict):
         raise ConfigError(f"{what} {path} must hold a mapping at the top level")
     return resolve_extends(tree, path, chain)
