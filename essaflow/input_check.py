@@ -80,7 +80,7 @@ def _check_s3(uri: str, field_name: str, report: InputReport) -> None:
 
 
 def _check_model(name: str, report: InputReport) -> None:
-    from essaflow.model.loading import BUILTIN_TINY, missing_checkpoint_files
+    from essaflow.model.loading import BUILTIN_TINY, checkpoint_problem
 
     where = "model.name_or_path"
     if name == BUILTIN_TINY:
@@ -91,13 +91,11 @@ def _check_model(name: str, report: InputReport) -> None:
         return
     local = Path(name).expanduser()
     if local.is_dir():
-        missing = missing_checkpoint_files(local)
-        if not missing:
-            report.notes.append(f"{where}: local checkpoint {local}")
-        elif missing == ["config.json"]:
-            report.problems.append(f"{where}: {local} is a directory without config.json (not a checkpoint)")
+        problem = checkpoint_problem(local)
+        if problem:
+            report.problems.append(f"{where}: {local} {problem}")
         else:
-            report.problems.append(f"{where}: {local} has config.json but no {' and no '.join(missing)}")
+            report.notes.append(f"{where}: local checkpoint {local}")
     elif local.exists():
         report.problems.append(f"{where}: {local} is a file; name the checkpoint's directory")
     elif _looks_like_a_path(name) or not is_hub_id(name):

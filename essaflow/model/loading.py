@@ -75,22 +75,24 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt
                    "tokenizer_config.json")  # fmt: skip
 
 
-def missing_checkpoint_files(checkpoint: Path) -> list[str]:
-    """What a local checkpoint directory lacks to load, one phrase each (empty when it has weights and a tokenizer)."""
+def checkpoint_problem(checkpoint: Path) -> str | None:
+    """What keeps a local checkpoint directory from loading, as the words after its path (None: it has config.json,
+    weights and tokenizer files)."""
     if not (checkpoint / "config.json").is_file():
-        return ["config.json"]
-    missing = []
-    for what, patterns in (("weights", WEIGHT_FILES), ("tokenizer files", TOKENIZER_FILES)):
-        if not any(any(checkpoint.glob(p)) for p in patterns):
-            missing.append(f"{what} ({', '.join(patterns)})")
-    return missing
+        return "is a directory without config.json (not a checkpoint)"
+    missing = [
+        f"{what} ({', '.join(patterns)})"
+        for what, patterns in (("weights", WEIGHT_FILES), ("tokenizer files", TOKENIZER_FILES))
+        if not any(any(checkpoint.glob(p)) for p in patterns)
+    ]
+    return f"has config.json but no {' and no '.join(missing)}" if missing else None
 
 
 def _checked_checkpoint(path: str, name_or_path: str) -> str:
-    missing = missing_checkpoint_files(Path(path).expanduser())
-    if missing:  # FileNotFoundError: a retry cannot help (tasks/retry.py), the task fails at once
+    problem = checkpoint_problem(Path(path).expanduser())
+    if problem:  # FileNotFoundError: a retry cannot help (tasks/retry.py), the task fails at once
         where = f"{path} (from {name_or_path})" if path != name_or_path else path
-        raise FileNotFoundError(f"model.name_or_path: {where} has no {' and no '.join(missing)}")
+        raise FileNotFoundError(f"model.name_or_path: {where} {problem}")
     return path
 
 
