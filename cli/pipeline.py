@@ -252,4 +252,4 @@ def _recorded_protocol(cfg, model: str, alias: str, overrides: list[str]):
         return cfg
     tree = {**cfg.model_dump(mode="json", exclude={"data", "eval", "sampling"}), **recorded}
     typer.echo(f"evaluating {model}@{alias} on its recorded dataset and protocol (pass -c to override)", err=True)
-    return parse_config(apply_overrides(tree, overrides))
+    return parse_config(apply_overrides(tree, overrides, PipelineConfig))

@@ -13,7 +13,8 @@ Where each section is defined (and documented, field by field):
 Every field carries a docstring (pydantic keeps it as the field description, so the Prefect UI form shows it).
 Unknown keys are rejected, and cross-field rules run at load time, so a bad value fails before any compute starts
 with a message naming the field. Presets are YAML files in configs/; a `--set a.b=c` value is a list or mapping
-when it opens with `[` or `{`, a number, boolean or null when YAML would type it so, else the text as written.
+when it opens with `[` or `{` (unless the field takes only text), a number, boolean or null when YAML would type it
+so, else the text as written.
 
 A preset may start from another: `extends: tiny.yaml` (a path relative to the preset's own folder) reads that file
 first, then merges the preset on top of it key by key (see :func:`merge_tree`: the preset wins; a list or a number
@@ -25,7 +26,8 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any, Literal
+from types import UnionType
+from typing import Any, Literal, Union, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ValidationError, model_validator
@@ -140,15 +142,41 @@ def apply_values(tree: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]
     return tree
 
 
-def apply_overrides(tree: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Apply `key.sub=value` overrides to a plain config dict (each value read by :func:`override_value`)."""
+def apply_overrides(tree: dict[str, Any], overrides: list[str], model: type[BaseModel] | None = None) -> dict[str, Any]:
+    """Apply `key.sub=value` overrides to a plain config dict (each value read by :func:`override_value`; with the
+    config `model`, a field that takes only text gets the text as written, even one opening with `[` or `{`)."""
     tree = copy.deepcopy(tree)
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"--set {item!r} must look like section.key=value")
         key, raw = item.split("=", 1)
-        _set_dotted(tree, key.strip(), override_value(raw, item, len(key) + 1))
+        text = model is not None and _takes_text(model, key.strip().split("."))
+        _set_dotted(tree, key.strip(), override_value(raw, item, len(key) + 1, text))
     return tree
+
+
+def _takes_text(model: type[BaseModel], keys: list[str]) -> bool:
+    """Whether the field at dotted `keys` of `model` takes a string and nothing else but None (a template)."""
+    annotation: Any = model
+    for key in keys:
+        sub = _config_model(annotation)
+        if sub is None or key not in sub.model_fields:
+            return False
+        annotation = sub.model_fields[key].annotation
+    options = [a for a in get_args(annotation) if a is not type(None)] if _is_union(annotation) else [annotation]
+    return len(options) == 1 and (
+        options[0] is str
+        or (get_origin(options[0]) is Literal and all(isinstance(a, str) for a in get_args(options[0])))
+    )
+
+
+def _is_union(annotation: Any) -> bool:
+    return get_origin(annotation) in (Union, UnionType)
+
+
+def _config_model(annotation: Any) -> type[BaseModel] | None:
+    options = get_args(annotation) if _is_union(annotation) else (annotation,)
+    return next((a for a in options if isinstance(a, type) and issubclass(a, BaseModel)), None)
 
 
 #: what opens a YAML literal in a `--set` value: a list, a mapping, a quoted string
@@ -156,14 +184,15 @@ _LITERAL_OPENERS = ("[", "{", '"', "'")
 _TYPED_SCALARS = {f"tag:yaml.org,2002:{kind}" for kind in ("int", "float", "bool", "null")}
 
 
-def override_value(raw: str, word: str | None = None, offset: int = 0) -> Any:
+def override_value(raw: str, word: str | None = None, offset: int = 0, text_field: bool = False) -> Any:
     """A `--set` value: a list, mapping or quoted string literal is read as YAML; a number, a boolean or null is
-    typed; any other text is the string as written (so `Q: {prompt}` stays text, not a mapping).
+    typed; any other text is the string as written (so `Q: {prompt}` stays text, not a mapping). For a `text_field`
+    only a quoted literal is read as YAML (`{prompt} Answer:` and `[INST] {prompt}` are templates, not literals).
 
     A literal YAML cannot read is a ConfigError naming the `--set` word and the column (`offset`: where the value
     starts in `word`)."""
     text = raw.strip()
-    if text.startswith(_LITERAL_OPENERS):
+    if text.startswith(_LITERAL_OPENERS[2:] if text_field else _LITERAL_OPENERS):
         try:
             return yaml.safe_load(text)
         except yaml.YAMLError as err:
@@ -204,7 +233,7 @@ def parse_config(tree: dict[str, Any], model: type[BaseModel] = PipelineConfig) 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> PipelineConfig:
     """Load a YAML preset (or the defaults when path is None) and apply dotted overrides."""
     tree = read_yaml_tree(path) if path is not None else {}
-    return parse_config(apply_overrides(tree, overrides or []))
+    return parse_config(apply_overrides(tree, overrides or [], PipelineConfig))
 
 
 #: the key by which a YAML config names the file it starts from

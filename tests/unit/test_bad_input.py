@@ -103,6 +103,8 @@ def test_a_malformed_set_literal_names_the_word_and_column(tmp_path, word, colum
         ("data.prompt_template=- {prompt}", "- {prompt}"),  # "- " is text, not a list
         ("data.system_prompt=# Answer with a number", "# Answer with a number"),  # not a YAML comment
         ("model.revision='1234'", "1234"),  # a quoted literal stays a string
+        ("data.prompt_template={prompt}\nAnswer:", "{prompt}\nAnswer:"),  # a text field: `{` opens no mapping
+        ("data.prompt_template=[INST] {prompt} [/INST]", "[INST] {prompt} [/INST]"),  # nor `[` a list
     ],
 )
 def test_set_values_are_text_unless_they_open_a_literal(word, value):
