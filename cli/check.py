@@ -6,7 +6,8 @@ from typing import Annotated
 
 import typer
 
-from cli.common import ConfigOpt, SetOpt, load
+from cli.common import ConfigOpt, SetOpt, load, refuse
+from essaflow.secrets import mask_passwords
 
 
 def check_config(
@@ -24,7 +25,8 @@ def check_config(
         ),
     ] = True,
 ) -> None:
-    """Validate a config (and overrides) without running anything; prints the resolved config.
+    """Validate a config (and overrides) without running anything; prints the resolved config (URI passwords
+    masked).
 
     The model and data it names are checked too (offline: nothing is downloaded); each problem is one
     `error:` line naming the field, and the command exits with 2.
@@ -32,17 +34,15 @@ def check_config(
     With --cluster, joins the run's Ray cluster and checks its nodes can hold the training workers (the check the
     pipeline's first task makes), listing the nodes on stderr.
     """
-    cfg = load(config, set_)
+    cfg = load(config, set_, json_line=False)
     if inputs:
         from essaflow.input_check import check_inputs
 
         report = check_inputs(cfg.model, cfg.data)
         for note in report.notes:
-            typer.echo(note, err=True)
-        for problem in report.problems:
-            typer.echo(f"error: {problem}", err=True)
+            typer.echo(mask_passwords(note), err=True)
         if report.problems:
-            raise typer.Exit(2)
+            refuse(report.problems, json_line=False)
     if cluster:
         from essaflow.cluster import ClusterCapacityError, describe_cluster
         from essaflow.cluster.preflight import check_training_fits, joins_existing_cluster
@@ -61,4 +61,4 @@ def check_config(
                     err=True,
                 )
             typer.echo(f"training workers fit: {request or 'training uses no Ray workers'}", err=True)
-    typer.echo(cfg.model_dump_json(indent=2))
+    typer.echo(mask_passwords(cfg.model_dump_json(indent=2)))  # a tracking_uri's password stays off the screen

@@ -6,24 +6,37 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 
 from essaflow.config import ConfigError, PipelineConfig, load_config
+from essaflow.secrets import mask_passwords, scrub
 
 ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="YAML preset (configs/*.yaml)")]
 SetOpt = Annotated[list[str] | None, typer.Option("--set", help="dotted override, e.g. essa.population=48")]
 
 
-def load(config: Path | None, overrides: list[str] | None, **forced: Any) -> PipelineConfig:
-    """The config from a preset and dotted overrides, with ``forced`` fields on top; a bad config exits with 2."""
+def load(config: Path | None, overrides: list[str] | None, *, json_line: bool = True, **forced: Any) -> PipelineConfig:
+    """The config from a preset and dotted overrides, with ``forced`` fields on top; a bad config (a YAML syntax
+    error, an empty file, an unknown key, a bad value) ends the command through :func:`refuse`."""
     try:
         cfg = load_config(config, overrides)
         return cfg.model_copy(update=forced) if forced else cfg
     except ConfigError as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(2) from None
+        refuse([str(err)], json_line)
+
+
+def refuse(errors: list[str], json_line: bool = True) -> NoReturn:
+    """Input that cannot run, found before any compute: one `error:` line on stderr per problem (URI credentials
+    masked), then for a job (`json_line`) the failure's JSON line last on stdout (stage `config`, nothing to
+    resume); exit status 2."""
+    errors = [scrub(e) for e in errors]
+    for error in errors:
+        typer.echo(f"error: {error}", err=True)
+    if json_line:
+        emit({"error": "; ".join(errors), "stage": "config", "run_id": None, "resume": None})
+    raise typer.Exit(2)
 
 
 def emit(result: dict[str, Any]) -> None:
@@ -33,11 +46,12 @@ def emit(result: dict[str, Any]) -> None:
 
 def fail(error: str, stage: str, run_id: str | None, rerun: list[str]) -> None:
     """A failed job: one line on stderr, the failure's JSON line last on stdout (`error`, `stage`, `run_id` and the
-    command that resumes the run, when there is one to resume), exit status 1."""
+    command that resumes the run, when there is one to resume: `rerun` empty for a failure no rerun can fix; URI
+    passwords in it masked), exit status 1."""
     import shlex
 
     typer.echo(f"error: {stage}: {error}", err=True)
-    resume = shlex.join([*rerun, "--resume", run_id]) if run_id and rerun else None
+    resume = mask_passwords(shlex.join([*rerun, "--resume", run_id])) if run_id and rerun else None
     emit({"error": error, "stage": stage, "run_id": run_id, "resume": resume})
     raise typer.Exit(1)
 

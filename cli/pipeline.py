@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -11,8 +12,9 @@ from typing import Annotated, Any
 
 import typer
 
-from cli.common import ConfigOpt, SetOpt, emit, fail, flow_logging, load, service_env
+from cli.common import ConfigOpt, SetOpt, emit, fail, flow_logging, load, refuse, service_env
 from essaflow.config import PipelineConfig
+from essaflow.secrets import mask_passwords, url_has_password
 
 ResumeOpt = Annotated[
     str | None,
@@ -63,8 +65,36 @@ def quiet_console_tracebacks() -> None:
 
 
 def rerun_command(argv: list[str], set_: list[str] | None) -> list[str]:
-    """The command that ran, as `essaflow ...` words, for the resume hint (every --set repeated)."""
-    return ["essaflow", *argv, *(w for item in set_ or [] for w in ("--set", item))]
+    """The command that ran, as `essaflow ...` words, for the resume hint (every --set repeated, URI passwords
+    masked: the hint is printed and logged)."""
+    return ["essaflow", *argv, *(w for item in set_ or [] for w in ("--set", mask_passwords(item)))]
+
+
+#: the URI settings a run reads from the environment when the config leaves them None
+_URI_ENV = {"tracking_uri": "MLFLOW_TRACKING_URI", "ray_address": "RAY_ADDRESS"}
+
+
+def credentials_to_env(params: Any) -> Any:
+    """`params` with each URI setting that carries a password moved into its environment variable (this process's,
+    which the flow runs in), so the flow-run parameters Prefect stores hold no password; the run resolves the same
+    URI from there (None in the config means the environment's)."""
+    moved = {}
+    for key, var in _URI_ENV.items():
+        value = getattr(params, key, None)
+        if isinstance(value, str) and url_has_password(value):
+            os.environ[var] = value
+            moved[key] = None
+    return params.model_copy(update=moved) if moved else params
+
+
+def preflight(cfg: PipelineConfig) -> None:
+    """What a run needs and the config alone cannot say, checked before the flow starts: the model's checkpoint
+    (a local directory with config.json, weights and tokenizer files; a hub id spelt as one)."""
+    from essaflow.input_check import check_model
+
+    problems = check_model(cfg.model).problems
+    if problems:
+        refuse(problems)
 
 
 def fail_unless_completed(state: Any, rerun: list[str], name_run: bool = True) -> None:
@@ -80,7 +110,11 @@ def fail_unless_completed(state: Any, rerun: list[str], name_run: bool = True) -
         error = state.message or state.name
     except BaseException as err:
         error = failures.describe(err)
-    fail(failure.error if failure else error, failure.stage if failure else "flow", run_id if name_run else None, rerun)
+    run_id = run_id if name_run else None
+    if failure is None:
+        fail(error, "flow", run_id, rerun)
+    else:  # a failure no retry can fix (a missing file, a bad config) is offered no resume: it would fail alike
+        fail(failure.error, failure.stage, run_id, rerun if failure.resumable else [])
 
 
 def finetune_summary(
@@ -100,7 +134,7 @@ def finetune_summary(
     rerun = rerun or ["essaflow", "run"]
     try:
         with progress_bars(progress):
-            state = finetune(cfg, resume=resume, return_state=True)
+            state = finetune(credentials_to_env(cfg), resume=resume, return_state=True)
     except Exception as err:  # the orchestrator itself (e.g. Prefect's API did not start)
         fail(failures.describe(err), "orchestration", resume if resume and resume != "last" else None, rerun)
         raise  # not reached: fail() exits
@@ -142,6 +176,7 @@ def demo(
         config = Path(__file__).resolve().parent.parent / "configs" / preset
         config = config if config.exists() else None
     cfg = load(config, set_, method=method)
+    preflight(cfg)
     argv = ["demo", "--method", method, *(["-c", str(config)] if config else [])]
     emit(finetune_summary(cfg, progress, resume, rerun_command(argv, set_)))
 
@@ -155,7 +190,9 @@ def run(
 ) -> None:
     """Run the finetune flow locally: data -> pass@k -> SFT -> ESSA/F-GRPO -> pass@k -> MLflow registry."""
     flow_logging(verbose)
-    emit(finetune_summary(load(config, set_), progress, resume, rerun_command(["run", str(config)], set_)))
+    cfg = load(config, set_)
+    preflight(cfg)
+    emit(finetune_summary(cfg, progress, resume, rerun_command(["run", str(config)], set_)))
 
 
 def eval_(
@@ -185,7 +222,7 @@ def eval_(
     )
     start = time.perf_counter()
     quiet_console_tracebacks()
-    state = evaluate_model(params, return_state=True)
+    state = evaluate_model(credentials_to_env(params), return_state=True)
     fail_unless_completed(state, [], name_run=False)
     ref = state.result()
     emit(
@@ -215,4 +252,4 @@ def _recorded_protocol(cfg, model: str, alias: str, overrides: list[str]):
         return cfg
     tree = {**cfg.model_dump(mode="json", exclude={"data", "eval", "sampling"}), **recorded}
     typer.echo(f"evaluating {model}@{alias} on its recorded dataset and protocol (pass -c to override)", err=True)
-    return parse_config(apply_overrides(tree, overrides))
+    return parse_config(apply_overrides(tree, overrides, PipelineConfig))

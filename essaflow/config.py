@@ -12,7 +12,9 @@ Where each section is defined (and documented, field by field):
 
 Every field carries a docstring (pydantic keeps it as the field description, so the Prefect UI form shows it).
 Unknown keys are rejected, and cross-field rules run at load time, so a bad value fails before any compute starts
-with a message naming the field. Presets are YAML files in configs/; `--set a.b=c` overrides are parsed as YAML.
+with a message naming the field. Presets are YAML files in configs/; a `--set a.b=c` value is a list or mapping
+when it opens with `[` or `{` (unless the field takes only text), a number, boolean or null when YAML would type it
+so, else the text as written.
 
 A preset may start from another: `extends: tiny.yaml` (a path relative to the preset's own folder) reads that file
 first, then merges the preset on top of it key by key (see :func:`merge_tree`: the preset wins; a list or a number
@@ -24,7 +26,8 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any, Literal
+from types import UnionType
+from typing import Any, Literal, Union, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ValidationError, model_validator
@@ -44,7 +47,7 @@ __all__ = [
     "ConfigError", "DataConfig", "ESSAConfig", "ESSAWorkersConfig", "EvalConfig", "GRPOConfig", "GRPOWorkersConfig",
     "ModelConfig", "PipelineConfig", "RayWorkersConfig", "SFTConfig", "SamplingConfig", "SyntheticTaskConfig",
     "apply_overrides", "apply_values", "changed_trajectory", "load_config", "merge_tree", "method_trajectory",
-    "parse_config", "read_yaml_tree", "resolve_extends",
+    "override_value", "parse_config", "read_yaml_tree", "resolve_extends",
 ]  # fmt: skip
 
 
@@ -139,15 +142,75 @@ def apply_values(tree: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]
     return tree
 
 
-def apply_overrides(tree: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Apply `key.sub=value` overrides (values parsed as YAML) to a plain config dict."""
+def apply_overrides(tree: dict[str, Any], overrides: list[str], model: type[BaseModel] | None = None) -> dict[str, Any]:
+    """Apply `key.sub=value` overrides to a plain config dict (each value read by :func:`override_value`; with the
+    config `model`, a field that takes only text gets the text as written, even one opening with `[` or `{`)."""
     tree = copy.deepcopy(tree)
     for item in overrides:
         if "=" not in item:
-            raise ConfigError(f"override {item!r} must look like section.key=value")
+            raise ConfigError(f"--set {item!r} must look like section.key=value")
         key, raw = item.split("=", 1)
-        _set_dotted(tree, key.strip(), yaml.safe_load(raw))
+        text = model is not None and _takes_text(model, key.strip().split("."))
+        _set_dotted(tree, key.strip(), override_value(raw, item, len(key) + 1, text))
     return tree
+
+
+def _takes_text(model: type[BaseModel], keys: list[str]) -> bool:
+    """Whether the field at dotted `keys` of `model` takes a string and nothing else but None (a template)."""
+    annotation: Any = model
+    for key in keys:
+        sub = _config_model(annotation)
+        if sub is None or key not in sub.model_fields:
+            return False
+        annotation = sub.model_fields[key].annotation
+    options = [a for a in get_args(annotation) if a is not type(None)] if _is_union(annotation) else [annotation]
+    return len(options) == 1 and (
+        options[0] is str
+        or (get_origin(options[0]) is Literal and all(isinstance(a, str) for a in get_args(options[0])))
+    )
+
+
+def _is_union(annotation: Any) -> bool:
+    return get_origin(annotation) in (Union, UnionType)
+
+
+def _config_model(annotation: Any) -> type[BaseModel] | None:
+    options = get_args(annotation) if _is_union(annotation) else (annotation,)
+    return next((a for a in options if isinstance(a, type) and issubclass(a, BaseModel)), None)
+
+
+#: what opens a YAML literal in a `--set` value: a list, a mapping, a quoted string
+_LITERAL_OPENERS = ("[", "{", '"', "'")
+_TYPED_SCALARS = {f"tag:yaml.org,2002:{kind}" for kind in ("int", "float", "bool", "null")}
+
+
+def override_value(raw: str, word: str | None = None, offset: int = 0, text_field: bool = False) -> Any:
+    """A `--set` value: a list, mapping or quoted string literal is read as YAML; a number, a boolean or null is
+    typed; any other text is the string as written (so `Q: {prompt}` stays text, not a mapping). For a `text_field`
+    only a quoted literal is read as YAML (`{prompt} Answer:` and `[INST] {prompt}` are templates, not literals).
+
+    A literal YAML cannot read is a ConfigError naming the `--set` word and the column (`offset`: where the value
+    starts in `word`)."""
+    text = raw.strip()
+    if text.startswith(_LITERAL_OPENERS[2:] if text_field else _LITERAL_OPENERS):
+        try:
+            return yaml.safe_load(text)
+        except yaml.YAMLError as err:
+            shift = offset + len(raw) - len(raw.lstrip())
+            raise _syntax_error(f"--set {word or raw!r}", err, shift) from None
+    if yaml.resolver.Resolver().resolve(yaml.ScalarNode, text, (True, False)) in _TYPED_SCALARS:
+        return yaml.safe_load(text)
+    return raw
+
+
+def _syntax_error(where: str, err: yaml.YAMLError, column_offset: int = 0) -> ConfigError:
+    """One line: where, line and column (1-based), and what YAML expected."""
+    mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
+    at = f"line {mark.line + 1}, column {mark.column + 1 + column_offset}: " if mark is not None else ""
+    problem = getattr(err, "problem", None) or str(err)
+    context = getattr(err, "context", None)
+    detail = f"{problem} ({context})" if context else problem
+    return ConfigError(f"{where}: {at}YAML syntax error: {' '.join(str(detail).split())}")
 
 
 def _explain(err: ValidationError) -> str:
@@ -170,7 +233,7 @@ def parse_config(tree: dict[str, Any], model: type[BaseModel] = PipelineConfig) 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> PipelineConfig:
     """Load a YAML preset (or the defaults when path is None) and apply dotted overrides."""
     tree = read_yaml_tree(path) if path is not None else {}
-    return parse_config(apply_overrides(tree, overrides or []))
+    return parse_config(apply_overrides(tree, overrides or [], PipelineConfig))
 
 
 #: the key by which a YAML config names the file it starts from
@@ -178,8 +241,8 @@ EXTENDS = "extends"
 
 
 def read_yaml_tree(path: str | Path, what: str = "config file") -> dict[str, Any]:
-    """A YAML config file as a plain mapping, its `extends:` chain resolved; a missing file, a non-mapping or a
-    cycle is a ConfigError naming the file."""
+    """A YAML config file as a plain mapping, its `extends:` chain resolved; a missing or empty file, a YAML syntax
+    error (with its line and column), a non-mapping or a cycle is a ConfigError naming the file."""
     return _read_tree(Path(path), what, ())
 
 
@@ -204,7 +267,16 @@ def resolve_extends(tree: dict[str, Any], origin: str | Path, chain: tuple[Path,
 def _read_tree(path: Path, what: str, chain: tuple[Path, ...]) -> dict[str, Any]:
     if not path.exists():
         raise ConfigError(f"{what} not found: {path}")
-    tree = yaml.safe_load(path.read_text()) or {}
+    if not path.is_file():
+        raise ConfigError(f"{what} {path} is not a file")
+    try:
+        tree = yaml.safe_load(path.read_text())
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{what} {path} is not UTF-8 text: {err.reason} at byte {err.start}") from None
+    except yaml.YAMLError as err:
+        raise _syntax_error(str(path), err) from None
+    if tree is None:  # no document at all: running on every default is rarely what a config file meant
+        raise ConfigError(f"{what} {path} is empty: write the keys it sets (`{{}}` for every default)")
     if not isinstance(tree, dict):
         raise ConfigError(f"{what} {path} must hold a mapping at the top level")
     return resolve_extends(tree, path, chain)

@@ -1,9 +1,10 @@
 """Do a config's inputs exist? The model and the data it names, checked offline before anything runs.
 
-`essaflow check-config` calls this after the config itself validated: a model path that is no checkpoint, a data
-file that is missing or malformed, a column the file lacks, too few problems for the eval split all fail here,
-with the field named, instead of minutes into a run. Nothing is downloaded: a hub id or an s3:// URI is checked
-for its spelling only, and the report says so.
+`essaflow check-config` calls this after the config itself validated: a model path that is no checkpoint (no
+config.json, no weights, no tokenizer files), a data file that is missing or malformed, a column the file lacks, too
+few problems for the eval split all fail here, with the field named, instead of minutes into a run. `essaflow run`
+checks the model the same way before it starts the flow. Nothing is downloaded: a hub id or an s3:// URI is
+checked for its spelling only, and the report says so.
 """
 
 from __future__ import annotations
@@ -32,6 +33,13 @@ def check_inputs(model: ModelConfig, data: DataConfig) -> InputReport:
     _check_model(model.name_or_path, report)
     _check_chat_template(model, data, report)
     _check_data(data, report)
+    return report
+
+
+def check_model(model: ModelConfig) -> InputReport:
+    """The model a config names, alone (what `essaflow run` checks before the flow starts)."""
+    report = InputReport()
+    _check_model(model.name_or_path, report)
     return report
 
 
@@ -72,7 +80,7 @@ def _check_s3(uri: str, field_name: str, report: InputReport) -> None:
 
 
 def _check_model(name: str, report: InputReport) -> None:
-    from essaflow.model.loading import BUILTIN_TINY
+    from essaflow.model.loading import BUILTIN_TINY, checkpoint_problem
 
     where = "model.name_or_path"
     if name == BUILTIN_TINY:
@@ -83,10 +91,11 @@ def _check_model(name: str, report: InputReport) -> None:
         return
     local = Path(name).expanduser()
     if local.is_dir():
-        if (local / "config.json").is_file():
-            report.notes.append(f"{where}: local checkpoint {local}")
+        problem = checkpoint_problem(local)
+        if problem:
+            report.problems.append(f"{where}: {local} {problem}")
         else:
-            report.problems.append(f"{where}: {local} is a directory without config.json (not a checkpoint)")
+            report.notes.append(f"{where}: local checkpoint {local}")
     elif local.exists():
         report.problems.append(f"{where}: {local} is a file; name the checkpoint's directory")
     elif _looks_like_a_path(name) or not is_hub_id(name):

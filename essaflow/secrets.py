@@ -2,7 +2,7 @@
 
 One rule for every place that needs it: which environment variables Ray workers get only through a setup hook
 (cluster.worker_env), which config keys never become MLflow params and what text is masked (tracking, cli), what
-endpoint an S3 error names (storage.s3).
+endpoint an S3 error names (storage.s3), what check-config prints and a resume command echoes (cli).
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ _SECRET_PARTS = ("PASSWORD", "PASSWD", "SECRET", "CREDENTIAL", "PASSPHRASE")  # 
 _KEY_QUALIFIERS = {"API", "ACCESS", "PRIVATE", "SIGNING", "ENCRYPTION"}
 # scheme://user:password@ (user may be empty: redis://:pw@host) inside free text
 _URL_USERINFO = re.compile(r"(\w+://)[^/@\s:]*:[^/@\s]+@")
+# the password part alone: the user stays readable (whose credential a command line or a config dump names)
+_URL_PASSWORD = re.compile(r"(\w+://[^/@\s:]*:)[^/@\s]+@")
 _MIN_MASKED_LEN = 4  # shorter values would mask ordinary words and digits all over the text
 
 
@@ -55,6 +57,12 @@ def mask_url_password(url: str) -> str:
     parts = urlsplit(url)
     host = parts.netloc.rsplit("@", 1)[1]
     return parts._replace(netloc=f"{parts.username or ''}:{MASK}@{host}").geturl()
+
+
+def mask_passwords(text: str) -> str:
+    """Every ``scheme://user:password@`` inside ``text`` with the password replaced by ``***``: a printed config, a
+    command line to copy (the password goes back in by hand, or comes from the environment)."""
+    return _URL_PASSWORD.sub(rf"\1{MASK}@", text)
 
 
 def safe_uri(uri: str) -> str:

@@ -30,6 +30,8 @@ class StageFailure:
     attempts: int = 1
     final: bool = False
     """The task run failed for good (a failed attempt that a retry then fixed stays False)."""
+    resumable: bool = True
+    """False when its last error is bad input (tasks.retry.BAD_INPUT): a resume would fail alike, none is offered."""
     task_run_id: str = field(default="", repr=False)
 
     @property

@@ -2,7 +2,7 @@
 
 A bad config, a malformed dataset, a missing file or object, missing credentials or a missing bucket fail the same
 way every time, so they fail at once with their message; a dropped connection, a timeout or a crashed trainer gets
-the task's retries.
+the task's retries. Bad input (a config, a dataset or a file that is wrong or missing) is also offered no resume.
 """
 
 from __future__ import annotations
@@ -19,8 +19,10 @@ from essaflow.tracking import TrackingError
 from tasks import failures
 
 PERMANENT_STORAGE = {"missing_bucket", "missing_object", "credentials", "invalid", "conflict"}
+#: the input itself is wrong (a bad config, a malformed dataset, a missing file): a resume fails alike
+BAD_INPUT = (ConfigError, DataError, FileNotFoundError)
 #: raised the same way by every attempt: a retry cannot help
-PERMANENT = (ConfigError, DataError, TrackingError, ImportError, FileNotFoundError)
+PERMANENT = (*BAD_INPUT, TrackingError, ImportError)
 
 
 def transient_only(task: Any, task_run: Any, state: Any) -> bool:
@@ -40,6 +42,17 @@ def transient_only(task: Any, task_run: Any, state: Any) -> bool:
     return True
 
 
+def note_bad_input(task: Any, task_run: Any, state: Any) -> None:
+    """Task failure hook, after failures.on_task_failure: a final error that is bad input makes the run's report
+    offer no resume (a server that was down, a missing package: fixed outside the config, a resume can help)."""
+    try:
+        state.result()
+    except BAD_INPUT as e:
+        failures.record(task_run, e).resumable = False
+    except BaseException:  # any other failure stays resumable
+        return
+
+
 def retry_policy(retries: int = 2, backoff_s: float = 2.0) -> dict[str, Any]:
     """Prefect task options: ``retries`` attempts after the first, exponential backoff from ``backoff_s`` seconds
     with jitter (so parallel runs do not retry in step), and only for failures a retry can fix; the final failure
@@ -54,5 +67,5 @@ def retry_policy(retries: int = 2, backoff_s: float = 2.0) -> dict[str, Any]:
         "retry_delay_seconds": exponential_backoff(backoff_factor=backoff_s * scale),
         "retry_jitter_factor": 0.5,
         "retry_condition_fn": transient_only,
-        "on_failure": [failures.on_task_failure],
+        "on_failure": [failures.on_task_failure, note_bad_input],
     }

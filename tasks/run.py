@@ -252,7 +252,7 @@ def mark_failed(flow: Any, flow_run: Any, state: Any) -> None:
     stage = failure.stage if failure else "flow"
     error = failure.error if failure else tracking.scrub(state.message or state.name)
     resume = None
-    if run_id and flow.name == "finetune":
+    if run_id and flow.name == "finetune" and (failure is None or failure.resumable):
         resume = f"essaflow run <config> --resume {run_id} (or the finetune flow with parameter resume={run_id})"
     get_run_logger().error("%s", json.dumps(failures.failure_line(error, stage, run_id, resume)))
     uri = tracking.resolve_tracking_uri(cfg.get("tracking_uri") if isinstance(cfg, dict) else None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -11,6 +12,8 @@ from essaflow.generation.prompt_format import PromptFormat
 
 #: Our fields data.columns may map to a source column (solution: a worked solution, where the schema has one).
 MAPPABLE = ("id", "prompt", "answer", "solution")
+#: `{name}` in a prompt template; the argument of a LaTeX command (`\boxed{answer}`, `\frac{a}{b}`) is text
+_PLACEHOLDER = re.compile(r"(?<![\\\w{}])\{([A-Za-z_]\w*)\}")
 
 
 class SyntheticTaskConfig(StrictConfig):
@@ -51,7 +54,7 @@ class DataConfig(StrictConfig):
     """Column mapping from our names (id, prompt, answer) to the source's names, e.g. {prompt: question}; wins over
     the adapter's names."""
     prompt_template: str = "{prompt}"
-    """Template applied to every prompt; '{prompt}' is replaced by the raw prompt."""
+    """Template applied to every prompt; '{prompt}' is replaced by the raw prompt (any other `{name}` is refused)."""
     chat_template: Literal["auto", "always", "never"] = trajectory("auto")
     """Wrap prompts in the tokenizer's chat template wherever they meet the model (SFT, ESSA scoring, GRPO
     rollouts, evaluation, the registered model): auto = when the tokenizer has one (instruct checkpoints),
@@ -81,6 +84,10 @@ class DataConfig(StrictConfig):
     def _template_has_prompt(cls, v: str) -> str:
         if "{prompt}" not in v:  # every prompt would be the same text
             raise ValueError("must contain '{prompt}', where each problem's text goes")
+        unknown = sorted(set(_PLACEHOLDER.findall(v)) - {"prompt"})
+        if unknown:  # kept as text otherwise: the model would see a literal "{other}"
+            names = ", ".join(f"{{{n}}}" for n in unknown)
+            raise ValueError(f"unknown placeholder(s) {names}: only {{prompt}} is filled in")
         return v
 
     @field_validator("columns")

@@ -68,8 +68,37 @@ class ModelConfig(StrictConfig):
         return self
 
 
+#: what transformers loads weights from (a sharded checkpoint names its shards in an index .json)
+WEIGHT_FILES = ("*.safetensors", "*.bin", "*.safetensors.index.json", "*.bin.index.json")
+#: what a tokenizer is read from (one of them; tokenizer_config.json alone serves byte-level tokenizers)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model", "*.tiktoken",
+                   "tokenizer_config.json")  # fmt: skip
+
+
+def checkpoint_problem(checkpoint: Path) -> str | None:
+    """What keeps a local checkpoint directory from loading, as the words after its path (None: it has config.json,
+    weights and tokenizer files)."""
+    if not (checkpoint / "config.json").is_file():
+        return "is a directory without config.json (not a checkpoint)"
+    missing = [
+        f"{what} ({', '.join(patterns)})"
+        for what, patterns in (("weights", WEIGHT_FILES), ("tokenizer files", TOKENIZER_FILES))
+        if not any(any(checkpoint.glob(p)) for p in patterns)
+    ]
+    return f"has config.json but no {' and no '.join(missing)}" if missing else None
+
+
+def _checked_checkpoint(path: str, name_or_path: str) -> str:
+    problem = checkpoint_problem(Path(path).expanduser())
+    if problem:  # FileNotFoundError: a retry cannot help (tasks/retry.py), the task fails at once
+        where = f"{path} (from {name_or_path})" if path != name_or_path else path
+        raise FileNotFoundError(f"model.name_or_path: {where} {problem}")
+    return path
+
+
 def resolve_model_path(name_or_path: str) -> str:
-    """Map 'builtin:tiny' to its checkpoint, download an s3:// prefix to the cache; pass other ids through."""
+    """Map 'builtin:tiny' to its checkpoint, download an s3:// prefix to the cache; pass hub ids through. A local
+    (or downloaded) directory without weights or tokenizer files is a FileNotFoundError naming what is missing."""
     if name_or_path == BUILTIN_TINY:
         return str(tiny_base_path())
     if name_or_path.startswith("s3://"):
@@ -80,7 +109,9 @@ def resolve_model_path(name_or_path: str) -> str:
         target = cache_root() / "models" / f"{name}@{s3_version(name_or_path)}"
         if not (target / "config.json").exists():
             open_store(name_or_path).download_dir("", target)
-        return str(target)
+        return _checked_checkpoint(str(target), name_or_path)
+    if Path(name_or_path).expanduser().is_dir():
+        return _checked_checkpoint(name_or_path, name_or_path)
     return name_or_path
 
 

@@ -27,7 +27,8 @@ def _inputs(*overrides: str):
 def ckpt(tmp_path):
     d = tmp_path / "ckpt"
     d.mkdir()
-    (d / "config.json").write_text("{}")
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):  # what is looked for; nothing is loaded
+        (d / name).write_text("{}")
     return d
 
 

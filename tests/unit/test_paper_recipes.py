@@ -77,7 +77,8 @@ def test_the_readmes_check_config_with_a_gsm8k_file_and_a_local_checkpoint(tmp_p
     data = write_gsm8k(tmp_path / "gsm8k.jsonl", 1400)
     ckpt = tmp_path / "my-qwen"
     ckpt.mkdir()
-    (ckpt / "config.json").write_text("{}")  # check-config looks for a checkpoint's config.json, loads nothing
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):  # check-config looks for them, loads nothing
+        (ckpt / name).write_text("{}")
     sets = ["--set", "data.source=file", "--set", f"data.path={data}", "--set", f"model.name_or_path={ckpt}"]
     cfg = check_config("-c", str(ESSA_GSM8K), *sets)
     assert cfg["data"]["source"] == "file" and cfg["data"]["adapter"] == "gsm8k"
