@@ -82,6 +82,10 @@ class GRPOConfig(StrictConfig):
     """Rollout completion cap; None = sampling.max_new_tokens."""
     parameters: Literal["lora", "full"] = trajectory("lora")
     """Train the LoRA adapter (from the SFT start) or all weights of the merged SFT model (F-GRPO: full)."""
+    sharding: Literal["auto", "ddp", "fsdp"] = "auto"
+    """How ranks hold the weights: ddp (each rank a full replica) or fsdp (FSDP2: parameters, gradients and
+    optimizer state sharded over the ranks, float32 masters). auto = fsdp for parameters=full on 2 or more ranks,
+    else ddp (`resolved_sharding`). The loss is the same either way (docs/algorithms.md)."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Where ranks compute: auto = on Ray, one whole GPU per rank (NCCL) when the cluster has GPUs, else CPU (gloo);
     in process, cuda when visible."""
@@ -126,3 +130,10 @@ class GRPOConfig(StrictConfig):
         if self.workers.gpus is not None:
             raise ValueError("workers.gpus: F-GRPO ranks take one whole GPU each when grpo.device resolves to cuda")
         return self
+
+
+def resolved_sharding(grpo: GRPOConfig) -> Literal["ddp", "fsdp"]:
+    """`grpo.sharding` with auto resolved: FSDP only pays when full parameters are spread over 2 or more ranks."""
+    if grpo.sharding != "auto":
+        return grpo.sharding
+    return "fsdp" if grpo.parameters == "full" and grpo.workers.count >= 2 else "ddp"
