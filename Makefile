@@ -35,8 +35,11 @@ $(BROWSER_STAMP): $(BROWSER_DIR)/package.json $(BROWSER_DIR)/package-lock.json
 demo: $(STAMP)
 	$(BIN)/essaflow demo --method $(METHOD)
 
+# Two pytest workers (pytest-xdist), each test file whole on one worker so module fixtures start once; every
+# server a test starts takes free ports, so the workers' stacks run side by side. TEST_WORKERS=0 runs serially.
+TEST_WORKERS ?= 2
 test: $(STAMP) browser
-	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --durations=25
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from devstack.ports import LOCALHOST
+from devstack.ports import LOCALHOST, free_ports
 from devstack.process import Service, base_env, python_module, start_process
 
 
@@ -18,6 +18,8 @@ def start_ray_head(state_dir: Path, port: int, *, num_cpus: int = 2, timeout: fl
     """`ray start --head --block` on port ``port`` with token auth (token file in ``state_dir``, mode 0600).
 
     Ray binds its other ports on every interface whatever --node-ip-address says; the token is what guards them.
+    Those side ports (client server, dashboard agent, metrics, node manager) are free ones, not Ray's fixed
+    defaults, so a second head on the machine (another stack, a parallel test worker) starts beside this one.
     Its session files go to a short directory (Ray's unix sockets limit path length), recorded in ray.tmpdir.
     """
     import secrets
@@ -36,6 +38,7 @@ def start_ray_head(state_dir: Path, port: int, *, num_cpus: int = 2, timeout: fl
     temp_dir.mkdir(parents=True, exist_ok=True)
     (state_dir / "ray.tmpdir").write_text(str(temp_dir))
     env = base_env(state_dir, {**ray_env(token_path), "RAY_USAGE_STATS_ENABLED": "0"})
+    client, agent_http, agent_grpc, metrics, manager, dashboard = free_ports(6)
     argv = [
         *python_module("ray.scripts.scripts"),
         "start",
@@ -45,6 +48,12 @@ def start_ray_head(state_dir: Path, port: int, *, num_cpus: int = 2, timeout: fl
         f"--node-ip-address={LOCALHOST}",
         f"--num-cpus={num_cpus}",
         "--include-dashboard=false",
+        f"--dashboard-port={dashboard}",
+        f"--ray-client-server-port={client}",
+        f"--dashboard-agent-listen-port={agent_http}",
+        f"--dashboard-agent-grpc-port={agent_grpc}",
+        f"--metrics-export-port={metrics}",
+        f"--node-manager-port={manager}",
         "--disable-usage-stats",
         f"--temp-dir={temp_dir}",
     ]
