@@ -52,8 +52,9 @@ def sft_key(model: ModelConfig, sft: SFTConfig, problems: list[Problem], fmt: Pr
             (fmt or PromptFormat()).to_dict(),  # the chat template and system prompt change what SFT sees
             # execution details, not inputs (SFT trains on the full-precision base whatever model.quantization says)
             model.model_dump(exclude={"torch_threads", "device", "quantization"}),
-            sft.model_dump(),
-            [p.content_hash() for p in problems],
+            # an untrained start depends on the LoRA init alone (its seed), not on SFT data or hyperparameters
+            sft.model_dump() if sft.trains else {"trains": False, "seed": sft.seed},
+            [p.content_hash() for p in problems] if sft.trains else [],
         ],
         sort_keys=True,
     )
@@ -67,17 +68,20 @@ def train_sft_adapter(
     out_dir: Path,
     fmt: PromptFormat | None = None,
 ) -> Path:
-    """Train a LoRA SFT adapter and write it (safetensors + tokenizer) to out_dir atomically.
+    """Train a LoRA SFT adapter and write it (safetensors + tokenizer) to out_dir atomically; with sft.enabled
+    false (or steps 0) the adapter is written untrained (the start is the base itself).
 
     fmt: data.prompt_format() of the run (None: the defaults), the same one evaluation and training use."""
     tok = load_tokenizer(model_cfg)
     model = attach_lora(load_base_model(model_cfg), model_cfg, seed=sft_cfg.seed)
-    result = train_sft(model, tok, problems, sft_cfg, fmt=fmt)
+    if sft_cfg.trains:
+        result = train_sft(model, tok, problems, sft_cfg, fmt=fmt)
+        summary = {"steps": result.steps, "final_loss": result.final_loss, "wall_s": result.wall_s}
+    else:  # no SFT step: the fresh adapter (B = 0) is the start, and base + adapter is the base itself
+        summary = {"steps": 0, "final_loss": None, "wall_s": 0.0}
     with atomic_dir(out_dir) as tmp:  # manifest.json last; an older copy is kept until this one is in place
         save_adapter(model, tmp, tok)
-        (tmp / "sft_result.json").write_text(
-            json.dumps({"steps": result.steps, "final_loss": result.final_loss, "wall_s": result.wall_s})
-        )
+        (tmp / "sft_result.json").write_text(json.dumps(summary))
     return out_dir
 
 
