@@ -55,6 +55,8 @@ class DatasetRef(Ref):
     config_hash: str
     """Hash of the data config that produced it (the task cache key)."""
     sizes: dict[str, int]
+    filtered: dict[str, int] = {}
+    """Problems each data filter dropped, by its field (max_prompt_tokens, conflicting_duplicates)."""
 
 
 class ModelRef(Ref):

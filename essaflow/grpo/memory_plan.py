@@ -47,7 +47,7 @@ class Target:
     micro_batch: int
     """Sequences per forward/backward (grpo.micro_batch_size, or the rank's whole mini-batch)."""
     prompt_tokens: int
-    """Longest prompt, in tokens (data.max_prompt_chars, an upper bound)."""
+    """Longest prompt, in tokens (data.max_prompt_tokens, else data.max_prompt_chars as an upper bound)."""
     completion_tokens: int
     """Completion cap (grpo.max_new_tokens, else sampling.max_new_tokens)."""
     parameters: Literal["lora", "full"] = "full"
@@ -157,7 +157,11 @@ class ConfigPlan:
             f"memory plan: rollout KV cache {self.rollout_kv_bytes / GiB:.1f} GiB a rank (all of its rollouts in one "
             "generate call; not in the verdict above)"
         )
-        return [f"memory plan ({self.source}): {self.chosen.summary()}", f"memory plan: {self.other.summary()}", rollouts]
+        return [
+            f"memory plan ({self.source}): {self.chosen.summary()}",
+            f"memory plan: {self.other.summary()}",
+            rollouts,
+        ]
 
 
 def target_of(cfg: PipelineConfig) -> Target | None:
@@ -167,9 +171,9 @@ def target_of(cfg: PipelineConfig) -> Target | None:
     if cfg.method != "fgrpo" or g.workers.gpu_memory_gib is None:
         return None
     d = cfg.data
-    prompt = d.max_prompt_chars  # a token is at least one character: an upper bound on the prompt's tokens
+    prompt = d.max_prompt_tokens or d.max_prompt_chars  # a token is at least one character: an upper bound
     if prompt is None:
-        raise ValueError("data.max_prompt_chars: the memory plan needs a prompt cap")
+        raise ValueError("data.max_prompt_tokens or data.max_prompt_chars: the memory plan needs a prompt cap")
     rows_per_rank = g.prompts_per_step // (g.workers.count * g.mini_batches) * g.group_size
     return Target(
         world=g.workers.count,
@@ -199,4 +203,6 @@ def plan_config(cfg: PipelineConfig) -> ConfigPlan | str | None:
     chosen = resolved_sharding(cfg.grpo)
     other = "ddp" if chosen == "fsdp" else "fsdp"
     rollouts = cfg.grpo.prompts_per_step // cfg.grpo.workers.count * cfg.grpo.group_size
-    return ConfigPlan(plan(arch, chosen, target), plan(arch, other, target), kv_cache_bytes(arch, target, rollouts), source)
+    return ConfigPlan(
+        plan(arch, chosen, target), plan(arch, other, target), kv_cache_bytes(arch, target, rollouts), source
+    )

@@ -18,6 +18,7 @@ from transformers import PreTrainedTokenizerBase
 
 from essaflow.config import DataConfig, EvalConfig, ModelConfig, SamplingConfig, SFTConfig
 from essaflow.data import Splits, load_problems, split_problems
+from essaflow.data.filters import Filtered, filter_problems
 from essaflow.data.schema import Problem
 from essaflow.generation.prompt_format import PromptFormat
 from essaflow.generation.sampling import TransformersGenerator, VLLMGenerator, resolve_backend
@@ -40,9 +41,15 @@ from essaflow.training.sft import train_sft
 log = logging.getLogger(__name__)
 
 
-def prepare_splits(cfg: DataConfig) -> Splits:
-    """Load, validate and split the problems named by the data config."""
-    return split_problems(load_problems(cfg), cfg.eval_size, cfg.sft_fraction)
+def filtered_problems(cfg: DataConfig, model: ModelConfig | None = None) -> Filtered:
+    """Load and validate the problems, then apply the data filters (the token cap reads model's tokenizer)."""
+    tokenizer = load_tokenizer(model) if cfg.max_prompt_tokens is not None and model is not None else None
+    return filter_problems(load_problems(cfg), cfg, tokenizer)
+
+
+def prepare_splits(cfg: DataConfig, model: ModelConfig | None = None) -> Splits:
+    """Load, validate, filter and split the problems named by the data config (model: for data.max_prompt_tokens)."""
+    return split_problems(filtered_problems(cfg, model).problems, cfg.eval_size, cfg.sft_fraction)
 
 
 def sft_key(model: ModelConfig, sft: SFTConfig, problems: list[Problem], fmt: PromptFormat | None = None) -> str:
