@@ -160,13 +160,18 @@ def test_essa_qwen25_math_7b_math_rehearsal(tmp_path, prefect_api, qwen_checkpoi
     assert_turns_end_at_im_end(tmp_path, out["run_id"])
 
 
+#: the recipe's FSDP ranks on CPU: 2 ranks (gloo) with the recipe's grpo.sharding=fsdp
+FSDP_RANKS = ["grpo.sharding=fsdp", "grpo.workers.count=2", "grpo.workers.cpus=0.5"]
+REHEARSE_WITH_FSDP_RANKS = False  # True once sharded training is in: the rehearsal then runs FSDP_RANKS
+
+
 def test_fgrpo_qwen25_7b_deepscaler_rehearsal(tmp_path, prefect_api, qwen_checkpoint, record_property):
-    # 1,300 rows: the recipe's sft_fraction (0.0004, the no-op SFT) then still selects at least one problem; sums of
-    # 2..8, so that a few of the barely trained model's rollouts are right (~2%: over 3 steps x 128 rollouts some
-    # groups mix right and wrong answers, so the focal-weighted advantages are not all zero)
+    # sums of 2..8, so that a few of the barely trained model's rollouts are right (~2%: over 3 steps x 128 rollouts
+    # some groups mix right and wrong answers, so the focal-weighted advantages are not all zero); no SFT step (the
+    # recipe's sft.enabled: false): RL starts from the checkpoint itself
     data = write_deepscaler(tmp_path / "deepscaler.json", 1300, high=4)
     model = [f"model.name_or_path={qwen_checkpoint}", "data.source=file", f"data.path={data}"]
-    sets = model + CPU_ONLY + SMALL + GRPO_CPU
+    sets = model + CPU_ONLY + SMALL + GRPO_CPU + (FSDP_RANKS if REHEARSE_WITH_FSDP_RANKS else [])
     out, _ = rehearse(tmp_path, prefect_api, "fgrpo-qwen2.5-7b-deepscaler.yaml", sets, record_property)
     assert_the_pipeline_ran(out, "fgrpo-qwen2.5-7b-deepscaler", steps=3)
     assert_turns_end_at_im_end(tmp_path, out["run_id"])
