@@ -38,10 +38,13 @@ def same_data_config(context: Any, parameters: dict[str, Any]) -> str:
     """
     data: DataConfig = parameters["data"]
     model: ModelConfig | None = parameters.get("model")
+    data_key = config_hash(data)
     if data.max_prompt_tokens is not None and model is not None:  # the token filter's tokenizer shapes the dataset
-        data_key = f"{config_hash(data)}-{hashlib.sha256(json.dumps(model_identity(model)).encode()).hexdigest()[:12]}"
-    else:
-        data_key = config_hash(data)
+        try:
+            tokenizer = hashlib.sha256(json.dumps(model_identity(model)).encode()).hexdigest()[:12]
+        except Exception:  # unresolvable now: a key of its own, so the task runs and reports the problem
+            tokenizer = f"unread-{uuid.uuid4().hex[:8]}"
+        data_key = f"{data_key}-{tokenizer}"
     where = hashlib.sha256(parameters["storage_uri"].encode()).hexdigest()[:12]
     try:
         content = source_fingerprint(data)

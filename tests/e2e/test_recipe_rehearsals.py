@@ -170,10 +170,15 @@ def test_fgrpo_qwen25_7b_deepscaler_rehearsal(tmp_path, prefect_api, qwen_checkp
     # some groups mix right and wrong answers, so the focal-weighted advantages are not all zero); no SFT step (the
     # recipe's sft.enabled: false): RL starts from the checkpoint itself
     data = write_deepscaler(tmp_path / "deepscaler.json", 1300, high=4)
+    rows = json.loads(data.read_text())  # the paper's filters: one problem twice with two answers, one long prompt
+    long_prompt = "Think. " * 1100 + rows[1]["problem"]  # over 1,024 tokens, under max_prompt_chars
+    rows += [{**rows[0], "answer": rows[0]["answer"] + "1"}, {**rows[1], "problem": long_prompt}]
+    data.write_text(json.dumps(rows))
     model = [f"model.name_or_path={qwen_checkpoint}", "data.source=file", f"data.path={data}"]
     sets = model + CPU_ONLY + SMALL + GRPO_CPU + (FSDP_RANKS if REHEARSE_WITH_FSDP_RANKS else [])
     out, _ = rehearse(tmp_path, prefect_api, "fgrpo-qwen2.5-7b-deepscaler.yaml", sets, record_property)
     assert_the_pipeline_ran(out, "fgrpo-qwen2.5-7b-deepscaler", steps=3)
+    assert out["data_filtered"] == {"conflicting_duplicates": 2, "max_prompt_tokens": 1}
     assert_turns_end_at_im_end(tmp_path, out["run_id"])
     # grpo.parameters=full (the recipe's): the result is a whole checkpoint, and every weight moved at lr 1e-6
     trained = load_file(tmp_path / ".essaflow/store/runs" / out["run_id"] / "model" / "model.safetensors")

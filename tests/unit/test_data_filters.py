@@ -41,3 +41,18 @@ def test_prompts_are_capped_in_the_checkpoints_tokens_as_the_model_sees_them(tmp
 def test_a_token_cap_without_a_tokenizer_names_the_field():
     with pytest.raises(ValueError, match="data.max_prompt_tokens needs the model's tokenizer"):
         filter_problems([_p(0, "x", "1")], DataConfig(max_prompt_tokens=8))
+
+
+def test_a_token_cap_keys_the_dataset_by_the_model_whose_tokenizer_counts(tmp_path):
+    from tasks.data import same_data_config
+
+    def key(data: DataConfig, model: ModelConfig) -> str:
+        return same_data_config(None, {"data": data, "storage_uri": "file:///tmp/store", "model": model})
+
+    from tests.support.real_checkpoints import build_qwen_like
+
+    tiny, other = ModelConfig(), ModelConfig(name_or_path=str(build_qwen_like(tmp_path / "qwen")))
+    capped = DataConfig(max_prompt_tokens=64)
+    assert key(capped, tiny) == key(capped, tiny)
+    assert key(capped, tiny) != key(capped, other)  # another tokenizer, other problems kept
+    assert key(DataConfig(), tiny) == key(DataConfig(), other)  # no token cap: the data config alone
