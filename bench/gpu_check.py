@@ -16,6 +16,12 @@ suite (there is no GPU on CI); the CPU-visible logic of each path is unit-tested
    and NF4 bases (`BitsAndBytesConfig`, the QLoRA path) scored the same way for comparison. On --device cpu:
    float32 and int8 only (no int4 kernel, bitsandbytes skipped).
 
+5. fsdp2_bf16: FSDP2 (`fully_shard` per decoder layer and at the root, one rank) with float32 master weights and
+   bfloat16 compute (`MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32)`) on a randomly initialised
+   Llama-architecture model (--fsdp-hidden wide) for a few AdamW steps at lr 1e-6: step time, peak memory, the dtype
+   of the parameters, and the share of decoder-layer weights each step changes, beside the same steps on a plain
+   bfloat16 model (where most lr 1e-6 updates round away). It has not run on a GPU yet (docs/scaling.md).
+
     python bench/gpu_check.py                 # all parts (~3-6 min on an H100/H200 with the tiny model)
     python bench/gpu_check.py --parts vllm    # one part
     python bench/gpu_check.py --device cpu --parts bf16_grpo essa_gpu quantization --grpo-steps 3   # smoke, no GPU
@@ -41,7 +47,7 @@ from essaflow.judging.evaluation import evaluate
 from essaflow.model.loading import export_merged, load_model_with_adapter
 from essaflow.training.warm_start import cached_sft_adapter, prepare_splits
 
-PARTS = ("vllm", "bf16_grpo", "essa_gpu", "quantization")
+PARTS = ("vllm", "bf16_grpo", "essa_gpu", "quantization", "fsdp2_bf16")
 
 
 def _tokens_per_s(texts: list[list[str]], seconds: float) -> float:
@@ -226,6 +232,90 @@ def part_quantization(cfg: PipelineConfig, splits, adapter: Path, device: str) -
     return out
 
 
+def _llama(hidden: int, layers: int, vocab: int = 32000):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    heads = max(1, hidden // 128)
+    cfg = LlamaConfig(hidden_size=hidden, intermediate_size=hidden * 8 // 3 // 64 * 64, num_hidden_layers=layers,
+                      num_attention_heads=heads, num_key_value_heads=heads, vocab_size=vocab,
+                      max_position_embeddings=1024)  # fmt: skip
+    return LlamaForCausalLM(cfg).float()
+
+
+def _changed_share(before: dict[str, torch.Tensor], model: torch.nn.Module) -> float:
+    """Share of the decoder layers' weight elements that differ from `before` (full tensors: one rank holds every
+    shard). Embedding rows of tokens a batch lacks get no gradient, so they are left out."""
+    changed = total = 0
+    for name, p in model.named_parameters():
+        if ".layers." not in name:
+            continue
+        now = p.full_tensor() if hasattr(p, "full_tensor") else p
+        changed += int((now.detach().float() != before[name]).sum())
+        total += now.numel()
+    return round(changed / total, 4)
+
+
+def _train_steps(model, steps: int, device: str, seq: int, batch: int) -> tuple[list[float], list[float]]:
+    """AdamW lr 1e-6 steps on random tokens: (seconds of each step, share of weights each step changed)."""
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-6, weight_decay=0.0)
+    gen = torch.Generator().manual_seed(0)
+    times, shares = [], []
+    for _ in range(steps):
+        before = {n: (p.full_tensor() if hasattr(p, "full_tensor") else p).detach().float().clone()
+                  for n, p in model.named_parameters()}  # fmt: skip
+        ids = torch.randint(0, model.config.vocab_size, (batch, seq), generator=gen).to(device)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        model(input_ids=ids, labels=ids).loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        times.append(round(time.perf_counter() - t0, 4))
+        shares.append(_changed_share(before, model))
+    return times, shares
+
+
+def part_fsdp2_bf16(steps: int, device: str, hidden: int, layers: int, seq: int, batch: int) -> dict:
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    out: dict = {"hidden": hidden, "layers": layers, "seq": seq, "batch": batch, "lr": 1e-6}
+    with tempfile.TemporaryDirectory() as d:
+        backend = "nccl" if device == "cuda" else "gloo"
+        dist.init_process_group(backend, init_method=f"file://{d}/pg", rank=0, world_size=1)
+        try:
+            model = _llama(hidden, layers).to(device)
+            out["parameters"] = sum(p.numel() for p in model.parameters())
+            mesh = init_device_mesh(device, (1,))
+            mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+            for layer in model.model.layers:
+                fully_shard(layer, mesh=mesh, mp_policy=mp)
+            fully_shard(model, mesh=mesh, mp_policy=mp)
+            if device == "cuda":
+                torch.cuda.reset_peak_memory_stats()
+            times, shares = _train_steps(model, steps, device, seq, batch)
+            out["fsdp_param_dtypes"] = sorted({str(p.dtype) for p in model.parameters()})
+            out["fsdp_param_kinds"] = sorted({type(p).__name__ for p in model.parameters()})
+            out["fsdp_step_s"], out["fsdp_changed_share"] = times, shares
+            if device == "cuda":
+                out["fsdp_peak_gib"] = round(torch.cuda.max_memory_allocated() / 1024**3, 2)
+            del model
+        finally:
+            dist.destroy_process_group()
+    plain = _llama(hidden, layers).to(device=device, dtype=torch.bfloat16)
+    if device == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    out["bf16_step_s"], out["bf16_changed_share"] = _train_steps(plain, steps, device, seq, batch)
+    if device == "cuda":
+        out["bf16_peak_gib"] = round(torch.cuda.max_memory_allocated() / 1024**3, 2)
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-c", "--config", default="configs/tiny-fgrpo.yaml")
@@ -233,13 +323,19 @@ def main() -> int:
     ap.add_argument("--grpo-steps", type=int, default=30)
     ap.add_argument("--workers-per-gpu", type=int, default=2)
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="cpu: a smoke run of the script")
+    ap.add_argument("--fsdp-steps", type=int, default=5)
+    ap.add_argument("--fsdp-hidden", type=int, default=2048, help="fsdp2_bf16: model width (2048: ~0.6B parameters)")
+    ap.add_argument("--fsdp-layers", type=int, default=8)
+    ap.add_argument("--fsdp-seq", type=int, default=512)
+    ap.add_argument("--fsdp-batch", type=int, default=4)
     args = ap.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         print(json.dumps({"error": "no CUDA device visible: this script checks the GPU paths (--device cpu smokes)"}))
         return 2
     cfg = load_config(args.config, [])
-    splits = prepare_splits(cfg.data)
-    adapter = cached_sft_adapter(cfg.model, cfg.sft, splits, cfg.data.prompt_format())
+    if set(args.parts) - {"fsdp2_bf16"}:  # the other parts start from the tiny task's SFT adapter
+        splits = prepare_splits(cfg.data)
+        adapter = cached_sft_adapter(cfg.model, cfg.sft, splits, cfg.data.prompt_format())
     name = torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu"
     print(json.dumps({"device": name, "torch": torch.__version__}), flush=True)
     failed = 0
@@ -250,6 +346,9 @@ def main() -> int:
                 res = part_vllm(cfg, splits, adapter)
             elif part == "bf16_grpo":
                 res = part_bf16_grpo(cfg, splits, adapter, args.grpo_steps, args.device)
+            elif part == "fsdp2_bf16":
+                res = part_fsdp2_bf16(args.fsdp_steps, args.device, args.fsdp_hidden, args.fsdp_layers,
+                                      args.fsdp_seq, args.fsdp_batch)  # fmt: skip
             elif part == "essa_gpu":
                 res = part_essa_gpu(cfg, splits, adapter, args.workers_per_gpu, args.device)
             else:

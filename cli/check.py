@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from cli.common import ConfigOpt, SetOpt, load, refuse
+from essaflow.config import PipelineConfig
 from essaflow.secrets import mask_passwords
 
 
@@ -43,6 +44,7 @@ def check_config(
             typer.echo(mask_passwords(note), err=True)
         if report.problems:
             refuse(report.problems, json_line=False)
+    _memory_plan(cfg)
     if cluster:
         from essaflow.cluster import ClusterCapacityError, describe_cluster
         from essaflow.cluster.preflight import check_training_fits, joins_existing_cluster
@@ -62,3 +64,20 @@ def check_config(
                 )
             typer.echo(f"training workers fit: {request or 'training uses no Ray workers'}", err=True)
     typer.echo(mask_passwords(cfg.model_dump_json(indent=2)))  # a tracking_uri's password stays off the screen
+
+
+def _memory_plan(cfg: PipelineConfig) -> None:
+    """F-GRPO with grpo.workers.gpu_memory_gib: each rank's estimated peak, refused when it cannot fit."""
+    from essaflow.grpo.memory_plan import ConfigPlan, plan_config
+
+    try:
+        result = plan_config(cfg)
+    except ValueError as err:  # no prompt cap, or a config.json that is no decoder the plan knows
+        refuse([str(err)], json_line=False)
+    if isinstance(result, str):
+        typer.echo(result, err=True)
+    elif isinstance(result, ConfigPlan):
+        for note in result.notes():
+            typer.echo(note, err=True)
+        if result.problem():
+            refuse([result.problem()], json_line=False)

@@ -156,7 +156,17 @@ def finetune_summary(
         | {"stages": out["stages"]}
         | {
             k: out[k]
-            for k in ("run_id", "mlflow_run_id", "decision", "training", "cached", "flow_s", "overhead", "parts")
+            for k in (
+                "run_id",
+                "mlflow_run_id",
+                "decision",
+                "training",
+                "data_filtered",
+                "cached",
+                "flow_s",
+                "overhead",
+                "parts",
+            )  # fmt: skip
         }
     )
 

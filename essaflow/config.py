@@ -99,6 +99,16 @@ class PipelineConfig(StrictConfig):
         return self
 
     @model_validator(mode="after")
+    def _essa_has_an_adapter_to_search(self) -> PipelineConfig:
+        if self.method == "essa" and not self.sft.trains and not self.adapter_uri:
+            raise ValueError(
+                "sft.enabled: false (or sft.steps: 0) with method essa: ESSA searches the singular values of a "
+                "trained LoRA adapter (ESSA-v3 sec. 3.2), and an untrained one (B = 0) has none; keep the SFT step "
+                "or give adapter_uri"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _promotion_metric_measured(self) -> PipelineConfig:
         measured = {"greedy", *(f"pass@{k}" for k in {1, *self.eval.ks})}
         if self.promotion_metric not in measured:

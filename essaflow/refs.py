@@ -55,6 +55,8 @@ class DatasetRef(Ref):
     config_hash: str
     """Hash of the data config that produced it (the task cache key)."""
     sizes: dict[str, int]
+    filtered: dict[str, int] = {}
+    """Problems each data filter dropped, by its field (max_prompt_tokens, conflicting_duplicates)."""
 
 
 class ModelRef(Ref):
@@ -135,6 +137,9 @@ class PipelineResult(BaseModel):
     adapter_uri: str
     training: dict[str, Any] = {}
     """The training stage: method, steps, resumed_from, work_by_node (Ray node -> work), worker_failures."""
+    data_filtered: dict[str, int] = {}
+    """Problems each data filter dropped (data.max_prompt_tokens, data.conflicting_duplicates), as the dataset
+    recorded them."""
     stages: dict[str, float]
     """Wall seconds per stage as the orchestrator recorded them (0 for cache hits)."""
     cached: list[str]

@@ -31,7 +31,7 @@ def finetune(config: PipelineConfig = PipelineConfig(), resume: str | None = Non
             this pipeline). Refused if the config differs in a field the run's trajectory depends on.
     """
     run = open_run(config, resume)  # the run's record: the whole config; storage and MLflow checked before compute
-    dataset = prepare_dataset(config.data, run.storage_uri)
+    dataset = prepare_dataset(config.data, run.storage_uri, config.model)  # model: the token filter's tokenizer
     base = build_base_model(config.model)
     before = evaluate(config.data, config.model, config.sampling, config.eval, dataset, None, "base", run)
     sft = warm_start(config.data, config.model, config.sft, config.adapter_uri, dataset, run)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -10,13 +11,14 @@ from typing import Any
 from prefect import get_run_logger, task
 
 from essaflow.artifacts import config_hash, dataset_name, publish_dataset
-from essaflow.config import DataConfig
-from essaflow.data import source_fingerprint
+from essaflow.config import DataConfig, ModelConfig
+from essaflow.data import source_fingerprint, split_problems
 from essaflow.data.fingerprint import READER_VERSION
+from essaflow.model.identity import model_identity
 from essaflow.refs import DatasetRef
 from essaflow.storage import MANIFEST, StorageError, open_store
 from essaflow.timing import Timer
-from essaflow.training.warm_start import prepare_splits
+from essaflow.training.warm_start import filtered_problems
 from tasks.retry import retry_policy
 from tasks.run import record_stage
 
@@ -35,12 +37,20 @@ def same_data_config(context: Any, parameters: dict[str, Any]) -> str:
     again.
     """
     data: DataConfig = parameters["data"]
+    model: ModelConfig | None = parameters.get("model")
+    data_key = config_hash(data)
+    if data.max_prompt_tokens is not None and model is not None:  # the token filter's tokenizer shapes the dataset
+        try:
+            tokenizer = hashlib.sha256(json.dumps(model_identity(model)).encode()).hexdigest()[:12]
+        except Exception:  # unresolvable now: a key of its own, so the task runs and reports the problem
+            tokenizer = f"unread-{uuid.uuid4().hex[:8]}"
+        data_key = f"{data_key}-{tokenizer}"
     where = hashlib.sha256(parameters["storage_uri"].encode()).hexdigest()[:12]
     try:
         content = source_fingerprint(data)
     except Exception:  # the task itself reads the source and raises the clear error
         content = f"unread-{uuid.uuid4().hex[:8]}"
-    key = f"prepare-dataset-v{DATASET_FORMAT}.{READER_VERSION}-{config_hash(data)}-{content}-{where}"
+    key = f"prepare-dataset-v{DATASET_FORMAT}.{READER_VERSION}-{data_key}-{content}-{where}"
     store = getattr(context, "result_store", None)
     if store is not None and store.exists(key) and not _still_stored(store, key):
         return f"{key}-republish-{uuid.uuid4().hex[:8]}"
@@ -67,12 +77,15 @@ def _still_stored(result_store: Any, key: str) -> bool:
     **retry_policy(retries=3),
     on_completion=[record_stage],
 )
-def prepare_dataset(data: DataConfig, storage_uri: str) -> DatasetRef:
-    """Source -> normalized Problems -> sft/train/eval Parquet in datasets/<name>/<content hash>/."""
+def prepare_dataset(data: DataConfig, storage_uri: str, model: ModelConfig | None = None) -> DatasetRef:
+    """Source -> normalized Problems -> filters -> sft/train/eval Parquet in datasets/<name>/<content hash>/.
+
+    model: whose tokenizer data.max_prompt_tokens counts with."""
     timer = Timer()
     with timer.part("compute"):
-        splits = prepare_splits(data)
+        filtered = filtered_problems(data, model)
+        splits = split_problems(filtered.problems, data.eval_size, data.sft_fraction)
     with timer.part("storage"):
-        ref = publish_dataset(open_store(storage_uri), dataset_name(data), splits, data)
-    get_run_logger().info("dataset %s %s at %s", ref.hash, ref.sizes, ref.uri)
+        ref = publish_dataset(open_store(storage_uri), dataset_name(data), splits, data, filtered.dropped)
+    get_run_logger().info("dataset %s %s at %s (dropped by filters: %s)", ref.hash, ref.sizes, ref.uri, ref.filtered)
     return ref.model_copy(update={"stage": "prepare_dataset", "timings": timer.timings()})

@@ -205,6 +205,7 @@ def close_run(
             "essaflow.aliases": ",".join(model.aliases),
             "essaflow.dataset_uri": dataset.uri,
             "essaflow.adapter_uri": adapter.uri,
+            **{f"essaflow.data_filtered.{name}": str(n) for name, n in dataset.filtered.items()},
         },
     )
     tracking.finish_run(tracked(run))
@@ -221,6 +222,7 @@ def close_run(
         mlflow_run_id=run.mlflow_run_id,
         dataset_uri=dataset.uri,
         adapter_uri=adapter.uri,
+        data_filtered=dataset.filtered,
         training=adapter.model_dump(
             include={
                 "kind",

@@ -77,7 +77,8 @@ def warm_start(
             local = cached_sft_adapter(model, sft, splits, data.prompt_format())
         with timer.part("storage"):
             uri, digest = publish_dir(store, prefix, local)
-    return AdapterRef(uri=uri, digest=digest, kind="sft", steps=sft.steps, stage="warm_start", timings=timer.timings())
+    steps = sft.steps if sft.trains else 0
+    return AdapterRef(uri=uri, digest=digest, kind="sft", steps=steps, stage="warm_start", timings=timer.timings())
 
 
 #: what the progress line shows of a metrics row: ESSA's fitness, ties and step size; GRPO's reward; held-out accuracy

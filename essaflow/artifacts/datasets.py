@@ -47,7 +47,9 @@ def _problems_table(problems: list[Problem]):
     return pa.Table.from_pylist(rows, schema=schema)
 
 
-def publish_dataset(store: ArtifactStore, name: str, splits: Splits, data_cfg: DataConfig) -> DatasetRef:
+def publish_dataset(
+    store: ArtifactStore, name: str, splits: Splits, data_cfg: DataConfig, filtered: dict[str, int] | None = None
+) -> DatasetRef:
     """Write the splits as Parquet under datasets/<name>/<content hash>/ unless that artifact is already there."""
     import pyarrow.parquet as pq
 
@@ -62,12 +64,14 @@ def publish_dataset(store: ArtifactStore, name: str, splits: Splits, data_cfg: D
         with tempfile.TemporaryDirectory(prefix="essaflow-dataset-") as tmp:
             for split in SPLITS:
                 pq.write_table(_problems_table(getattr(splits, split)), Path(tmp) / f"{split}.parquet")
-            info = {"name": name, "hash": fingerprint, "sizes": sizes, "config": data_cfg.model_dump(mode="json")}
+            info = {"name": name, "hash": fingerprint, "sizes": sizes, "config": data_cfg.model_dump(mode="json"),
+                    "filtered": filtered or {}}  # fmt: skip
             (Path(tmp) / "info.json").write_text(json.dumps(info, indent=2, sort_keys=True))
             store.upload_dir(Path(tmp), prefix)
     return DatasetRef(
-        uri=store.url(prefix), name=name, hash=fingerprint, config_hash=config_hash(data_cfg), sizes=sizes
-    )
+        uri=store.url(prefix), name=name, hash=fingerprint, config_hash=config_hash(data_cfg), sizes=sizes,
+        filtered=filtered or {},
+    )  # fmt: skip
 
 
 def read_dataset(ref: DatasetRef) -> Splits:

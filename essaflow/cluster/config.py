@@ -58,3 +58,7 @@ class GRPOWorkersConfig(RayWorkersConfig):
     max_restarts: int = Field(2, ge=-1)
     """How often Ray Train restarts the worker group after a rank or node dies (-1: no limit); each restart
     resumes from the latest checkpoint in the run's checkpoint directory, which every node must be able to read."""
+    gpu_memory_gib: float | None = Field(None, gt=0)
+    """Memory of each rank's GPU in GiB (an H100 80GB: 80), for `essaflow check-config`'s memory plan: the config is
+    refused when a rank's estimated peak does not fit (docs/scaling.md, "Memory plan"). None: no plan is made.
+    Nothing at run time reads it."""

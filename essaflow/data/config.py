@@ -68,6 +68,13 @@ class DataConfig(StrictConfig):
     max_prompt_chars: int | None = Field(32_768, ge=1)
     """Longest prompt (after prompt_template) accepted, in characters; a longer one is a malformed row (error or
     drop per on_bad_row). Guards against a stray multi-MB cell reaching the tokenizer; None turns the cap off."""
+    max_prompt_tokens: int | None = Field(None, ge=1)
+    """Longest prompt in tokens of model.name_or_path's tokenizer, counted as the model sees it (prompt_template,
+    chat template, system prompt, BOS); longer prompts are dropped and counted (FGRPO-v2 Tab. 5: 1,024). Unlike
+    max_prompt_chars, not a malformed row: the dataset depends on the tokenizer too. None: no token filter."""
+    conflicting_duplicates: Literal["keep", "drop"] = "keep"
+    """drop: every copy of a prompt (up to whitespace) that comes with two or more different answers is dropped and
+    counted (FGRPO-v2 Tab. 5 dedupes DeepScaleR so). keep: as read; copies share a split either way."""
     synthetic: SyntheticTaskConfig = SyntheticTaskConfig()
     """Knobs of the built-in arithmetic task."""
     sft_fraction: float = Field(0.4, ge=0.0, lt=1.0)

@@ -18,6 +18,7 @@ from transformers import PreTrainedTokenizerBase
 
 from essaflow.config import DataConfig, EvalConfig, ModelConfig, SamplingConfig, SFTConfig
 from essaflow.data import Splits, load_problems, split_problems
+from essaflow.data.filters import Filtered, filter_problems
 from essaflow.data.schema import Problem
 from essaflow.generation.prompt_format import PromptFormat
 from essaflow.generation.sampling import TransformersGenerator, VLLMGenerator, resolve_backend
@@ -40,9 +41,15 @@ from essaflow.training.sft import train_sft
 log = logging.getLogger(__name__)
 
 
-def prepare_splits(cfg: DataConfig) -> Splits:
-    """Load, validate and split the problems named by the data config."""
-    return split_problems(load_problems(cfg), cfg.eval_size, cfg.sft_fraction)
+def filtered_problems(cfg: DataConfig, model: ModelConfig | None = None) -> Filtered:
+    """Load and validate the problems, then apply the data filters (the token cap reads model's tokenizer)."""
+    tokenizer = load_tokenizer(model) if cfg.max_prompt_tokens is not None and model is not None else None
+    return filter_problems(load_problems(cfg), cfg, tokenizer)
+
+
+def prepare_splits(cfg: DataConfig, model: ModelConfig | None = None) -> Splits:
+    """Load, validate, filter and split the problems named by the data config (model: for data.max_prompt_tokens)."""
+    return split_problems(filtered_problems(cfg, model).problems, cfg.eval_size, cfg.sft_fraction)
 
 
 def sft_key(model: ModelConfig, sft: SFTConfig, problems: list[Problem], fmt: PromptFormat | None = None) -> str:
@@ -52,8 +59,9 @@ def sft_key(model: ModelConfig, sft: SFTConfig, problems: list[Problem], fmt: Pr
             (fmt or PromptFormat()).to_dict(),  # the chat template and system prompt change what SFT sees
             # execution details, not inputs (SFT trains on the full-precision base whatever model.quantization says)
             model.model_dump(exclude={"torch_threads", "device", "quantization"}),
-            sft.model_dump(),
-            [p.content_hash() for p in problems],
+            # an untrained start depends on the LoRA init alone (its seed), not on SFT data or hyperparameters
+            sft.model_dump() if sft.trains else {"trains": False, "seed": sft.seed},
+            [p.content_hash() for p in problems] if sft.trains else [],
         ],
         sort_keys=True,
     )
@@ -67,17 +75,20 @@ def train_sft_adapter(
     out_dir: Path,
     fmt: PromptFormat | None = None,
 ) -> Path:
-    """Train a LoRA SFT adapter and write it (safetensors + tokenizer) to out_dir atomically.
+    """Train a LoRA SFT adapter and write it (safetensors + tokenizer) to out_dir atomically; with sft.enabled
+    false (or steps 0) the adapter is written untrained (the start is the base itself).
 
     fmt: data.prompt_format() of the run (None: the defaults), the same one evaluation and training use."""
     tok = load_tokenizer(model_cfg)
     model = attach_lora(load_base_model(model_cfg), model_cfg, seed=sft_cfg.seed)
-    result = train_sft(model, tok, problems, sft_cfg, fmt=fmt)
+    if sft_cfg.trains:
+        result = train_sft(model, tok, problems, sft_cfg, fmt=fmt)
+        summary = {"steps": result.steps, "final_loss": result.final_loss, "wall_s": result.wall_s}
+    else:  # no SFT step: the fresh adapter (B = 0) is the start, and base + adapter is the base itself
+        summary = {"steps": 0, "final_loss": None, "wall_s": 0.0}
     with atomic_dir(out_dir) as tmp:  # manifest.json last; an older copy is kept until this one is in place
         save_adapter(model, tmp, tok)
-        (tmp / "sft_result.json").write_text(
-            json.dumps({"steps": result.steps, "final_loss": result.final_loss, "wall_s": result.wall_s})
-        )
+        (tmp / "sft_result.json").write_text(json.dumps(summary))
     return out_dir
 
 

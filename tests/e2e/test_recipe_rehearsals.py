@@ -160,15 +160,25 @@ def test_essa_qwen25_math_7b_math_rehearsal(tmp_path, prefect_api, qwen_checkpoi
     assert_turns_end_at_im_end(tmp_path, out["run_id"])
 
 
+#: the recipe's FSDP ranks on CPU: 2 ranks (gloo) with the recipe's grpo.sharding=fsdp
+FSDP_RANKS = ["grpo.sharding=fsdp", "grpo.workers.count=2", "grpo.workers.cpus=0.5"]
+REHEARSE_WITH_FSDP_RANKS = False  # True once sharded training is in: the rehearsal then runs FSDP_RANKS
+
+
 def test_fgrpo_qwen25_7b_deepscaler_rehearsal(tmp_path, prefect_api, qwen_checkpoint, record_property):
-    # 1,300 rows: the recipe's sft_fraction (0.0004, the no-op SFT) then still selects at least one problem; sums of
-    # 2..8, so that a few of the barely trained model's rollouts are right (~2%: over 3 steps x 128 rollouts some
-    # groups mix right and wrong answers, so the focal-weighted advantages are not all zero)
+    # sums of 2..8, so that a few of the barely trained model's rollouts are right (~2%: over 3 steps x 128 rollouts
+    # some groups mix right and wrong answers, so the focal-weighted advantages are not all zero); no SFT step (the
+    # recipe's sft.enabled: false): RL starts from the checkpoint itself
     data = write_deepscaler(tmp_path / "deepscaler.json", 1300, high=4)
+    rows = json.loads(data.read_text())  # the paper's filters: one problem twice with two answers, one long prompt
+    long_prompt = "Think. " * 1100 + rows[1]["problem"]  # over 1,024 tokens, under max_prompt_chars
+    rows += [{**rows[0], "answer": rows[0]["answer"] + "1"}, {**rows[1], "problem": long_prompt}]
+    data.write_text(json.dumps(rows))
     model = [f"model.name_or_path={qwen_checkpoint}", "data.source=file", f"data.path={data}"]
-    sets = model + CPU_ONLY + SMALL + GRPO_CPU
+    sets = model + CPU_ONLY + SMALL + GRPO_CPU + (FSDP_RANKS if REHEARSE_WITH_FSDP_RANKS else [])
     out, _ = rehearse(tmp_path, prefect_api, "fgrpo-qwen2.5-7b-deepscaler.yaml", sets, record_property)
     assert_the_pipeline_ran(out, "fgrpo-qwen2.5-7b-deepscaler", steps=3)
+    assert out["data_filtered"] == {"conflicting_duplicates": 2, "max_prompt_tokens": 1}
     assert_turns_end_at_im_end(tmp_path, out["run_id"])
     # grpo.parameters=full (the recipe's): the result is a whole checkpoint, and every weight moved at lr 1e-6
     trained = load_file(tmp_path / ".essaflow/store/runs" / out["run_id"] / "model" / "model.safetensors")

@@ -123,26 +123,23 @@ def test_fgrpo_reads_a_local_file_in_deepscalers_format(tmp_path):
     assert "300 problems" in result.output
 
 
-def test_fgrpo_recipes_sft_step_leaves_the_bf16_base_bit_identical(tmp_path):
-    """F-GRPO trains the base model (no SFT); the recipe's one SFT step at lr 1e-12 must change no weight once the
-    adapter is merged in bfloat16 (grpo.parameters=full trains the merged model)."""
+def test_fgrpo_recipe_starts_rl_from_the_bf16_checkpoint_itself(tmp_path):
+    """F-GRPO trains the base model (no SFT): with sft.enabled false the full-parameter policy is the bf16
+    checkpoint, bit for bit, and the recipe filters prompts by tokens and drops conflicting duplicates."""
     import torch
 
     from essaflow.config import load_config
-    from essaflow.data import read_problems
-    from essaflow.model.loading import attach_lora, load_base_model, load_tokenizer
-    from essaflow.training.sft import train_sft
+    from essaflow.grpo.loop import build_policy
+    from essaflow.model.loading import load_base_model
+    from essaflow.training.warm_start import train_sft_adapter
     from tests.support.real_checkpoints import build_qwen_like
 
     ckpt = build_qwen_like(tmp_path / "qwen")
-    data = write_deepscaler(tmp_path / "deepscaler.json", 40)
-    cfg = load_config(FGRPO, [f"model.name_or_path={ckpt}", "model.device=cpu", "data.source=file",
-                              f"data.path={data}"])  # fmt: skip
-    assert cfg.model.dtype == "bfloat16" and cfg.sft.steps == 1 and cfg.grpo.parameters == "full"
-    base = load_base_model(cfg.model)
-    before = {k: v.clone() for k, v in base.state_dict().items()}
-    model = attach_lora(base, cfg.model, seed=cfg.sft.seed)
-    train_sft(model, load_tokenizer(cfg.model), read_problems(cfg.data).problems[:16], cfg.sft,
-              fmt=cfg.data.prompt_format())  # fmt: skip
-    merged = model.merge_and_unload().state_dict()
-    assert [k for k, v in merged.items() if not torch.equal(v, before[k])] == []
+    cfg = load_config(FGRPO, [f"model.name_or_path={ckpt}", "model.device=cpu"])
+    assert cfg.model.dtype == "bfloat16" and not cfg.sft.trains and cfg.grpo.parameters == "full"
+    assert cfg.grpo.sharding == "fsdp" and cfg.data.max_prompt_tokens == 1024
+    assert cfg.data.conflicting_duplicates == "drop"
+    start = train_sft_adapter(cfg.model, cfg.sft, [], tmp_path / "start")
+    policy = build_policy(cfg, start, None, torch.device("cpu")).state_dict()
+    base = load_base_model(cfg.model).state_dict()
+    assert [k for k, v in base.items() if not torch.equal(v, policy[k])] == []
