@@ -61,7 +61,7 @@ def _progress_line(cfg: PipelineConfig, row: dict[str, Any]) -> str | None:
 def run_training_job(cfg: PipelineConfig) -> dict[str, Any]:
     """The whole job on cfg (cfg.method essa or fgrpo); returns the JSON-able summary the CLI prints last."""
     start, label = time.perf_counter(), method_label(cfg.method, cfg.essa, cfg.grpo)
-    splits = prepare_splits(cfg.data)
+    splits = prepare_splits(cfg.data, cfg.eval.data)
     _progress(f"{label}: {len(splits.train)} train / {len(splits.eval)} eval problems")
     fmt = cfg.data.prompt_format()
     sft = sft_start(cfg.adapter_uri, cfg.model, cfg.sft, splits, fmt)

@@ -17,7 +17,9 @@ from peft import PeftModel
 from transformers import PreTrainedTokenizerBase
 
 from essaflow.config import DataConfig, EvalConfig, ModelConfig, SamplingConfig, SFTConfig
-from essaflow.data import Splits, load_problems, split_problems
+from essaflow.data import Splits
+from essaflow.data.config import HeldOutSourceConfig
+from essaflow.data.prepare import prepare_data
 from essaflow.data.schema import Problem
 from essaflow.generation.prompt_format import PromptFormat
 from essaflow.generation.sampling import TransformersGenerator, VLLMGenerator, resolve_backend
@@ -40,9 +42,9 @@ from essaflow.training.sft import train_sft
 log = logging.getLogger(__name__)
 
 
-def prepare_splits(cfg: DataConfig) -> Splits:
-    """Load, validate and split the problems named by the data config."""
-    return split_problems(load_problems(cfg), cfg.eval_size, cfg.sft_fraction)
+def prepare_splits(cfg: DataConfig, held_out: HeldOutSourceConfig | None = None) -> Splits:
+    """Load, validate and split the problems named by the data config (and the held-out source, eval.data)."""
+    return prepare_data(cfg, held_out).splits
 
 
 def sft_key(model: ModelConfig, sft: SFTConfig, problems: list[Problem], fmt: PromptFormat | None = None) -> str:
