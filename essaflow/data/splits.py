@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
+from essaflow.data.errors import DataError
 from essaflow.data.schema import Problem
 
 _SCALE = float(1 << 64)
@@ -79,7 +80,7 @@ def split_problems(
 ) -> Splits:
     """Split by threshold on each problem's key; ``eval_problems`` (eval.data) replaces the held-out region."""
     if eval_problems is None and eval_size >= len(problems):
-        raise ValueError(f"eval_size={eval_size} leaves no training data out of {len(problems)} problems")
+        raise DataError(f"eval_size={eval_size} leaves no training data out of {len(problems)} problems")
     if eval_problems is None:
         region = [p for p in problems if key_points(p)[0] < eval_fraction]
         training = [p for p in problems if key_points(p)[0] >= eval_fraction]
@@ -90,9 +91,14 @@ def split_problems(
         training = [p for p in problems if p.problem_key() not in held]
         dropped = len(problems) - len(training)
     if not training:
-        raise ValueError(
+        raise DataError(
             f"no training data left out of {len(problems)} problems"
             + (f" (data.eval_fraction={eval_fraction} holds them all out)" if eval_problems is None else "")
+        )
+    if not region:
+        raise DataError(
+            f"no problem held out: none of the {len(problems)} problems has a key below data.eval_fraction="
+            f"{eval_fraction}; raise data.eval_fraction or name a held-out source (eval.data)"
         )
     evaluated, unused = _capped(region, eval_size)
     sft = [p for p in training if key_points(p)[1] < sft_fraction]
