@@ -54,7 +54,7 @@ def log_dataset_inputs(run: TrackedRun, dataset: DatasetRef) -> None:
     c = client(run.tracking_uri)
     if inputs:
         c.log_inputs(run.run_id, datasets=inputs)
-    tags = {f"essaflow.data.{k}": str(v) for k, v in dataset.excluded.items()}
+    tags = {f"essaflow.{k}": str(v) for k, v in dataset.excluded.items()}
     if dataset.snapshot:
         tags[SNAPSHOT_TAG] = dataset.snapshot["digest"]
     c.log_batch(run.run_id, tags=[RunTag(k, v) for k, v in tags.items()])
