@@ -88,3 +88,30 @@ def test_a_grown_prefix_is_a_new_snapshot_and_old_eval_problems_stay_out_of_trai
     assert champion.version == ("2" if second.aliases == ["champion"] else "1")
     assert second.decision.startswith(second.aliases[0])
     print(f"first {first.after} {first.decision}; second {second.after} {second.decision}")
+
+
+def test_an_s3_prefix_reads_its_shards_and_a_bad_one_is_one_error_naming_it(seaweedfs, monkeypatch):
+    from essaflow.data import DataFileError, read_problems
+    from essaflow.data.config import DataConfig
+
+    for key, value in seaweedfs.env.items():
+        monkeypatch.setenv(key, value)
+    prefix = f"shards-{uuid.uuid4().hex[:6]}"
+    uri = f"s3://{seaweedfs.bucket}/{prefix}"
+    store = seaweedfs.store(prefix)
+
+    def read(path: str):
+        return read_problems(DataConfig(source="s3", path=path))
+
+    with pytest.raises(DataFileError, match="no data files under the prefix"):
+        read(f"{uri}/")
+    rows = _rows(synthetic_problems(30))
+    store.put_bytes("a.jsonl", "".join(json.dumps(r) + "\n" for r in rows[:20]).encode())
+    store.put_bytes("sub/b.parquet", _parquet(rows[20:]))
+    loaded = read(f"{uri}/")
+    assert len(loaded.problems) == 30 and sorted(loaded.snapshot.files) == [f"{uri}/a.jsonl", f"{uri}/sub/b.parquet"]
+    assert all(":" in v for v in loaded.snapshot.files.values())  # ETag and size, from the listing
+    assert len(read(f"{uri}/*.parquet").problems) == 10
+    store.put_bytes("c.json", b"[{broken")
+    with pytest.raises(DataFileError, match=rf"{uri}/c\.json: line 1, column 3: not valid JSON"):
+        read(f"{uri}/")

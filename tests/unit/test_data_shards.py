@@ -119,3 +119,17 @@ def test_eval_data_reads_with_the_training_prompt_template():
     cfg = DataConfig(source="file", path="t.jsonl", prompt_template="Q: {prompt}")
     held = cfg.held_out(HeldOutSourceConfig(path="e.jsonl", adapter="gsm8k"))
     assert (held.path, held.adapter, held.prompt_template, held.source) == ("e.jsonl", "gsm8k", "Q: {prompt}", "file")
+
+
+def test_check_config_reads_eval_data_and_names_its_field(tmp_path):
+    from essaflow.input_check import check_inputs
+
+    _jsonl(tmp_path / "train.jsonl", _rows(0, 50))
+    cfg = parse_config(
+        {
+            "data": {"source": "file", "path": str(tmp_path / "train.jsonl"), "eval_size": 8},
+            "eval": {"data": {"path": str(tmp_path / "missing.jsonl")}},
+        }
+    )
+    report = check_inputs(cfg.model, cfg.data, cfg.eval.data)
+    assert [p for p in report.problems if p.startswith("eval.data.path: ")] and "missing.jsonl" in report.problems[0]
