@@ -132,7 +132,7 @@ def read_snapshot(snapshot: Snapshot) -> Table:
     if len(tables) == 1:
         return tables[0]
     merged = Table(snapshot.source)
-    prefix = os.path.commonpath(list(snapshot.files)) if "://" not in snapshot.source else _common(snapshot.files)
+    prefix = os.path.commonprefix(list(snapshot.files)).rsplit("/", 1)[0]  # the folder the shards share
     for table in tables:
         name = table.source[len(prefix) :].lstrip("/") or table.source
         for i, r in enumerate(table.records):
@@ -143,10 +143,6 @@ def read_snapshot(snapshot: Snapshot) -> Table:
                 merged.columns.append(col)
     merged.parts = tables
     return merged
-
-
-def _common(uris: dict[str, str]) -> str:
-    return os.path.commonprefix(list(uris)).rsplit("/", 1)[0]
 
 
 def _read_one(uri: str) -> Table:
