@@ -39,7 +39,7 @@ def check_config(
     if inputs:
         from essaflow.input_check import check_inputs
 
-        report = check_inputs(cfg.model, cfg.data)
+        report = check_inputs(cfg.model, cfg.data, cfg.eval.data)
         for note in report.notes:
             typer.echo(mask_passwords(note), err=True)
         if report.problems:

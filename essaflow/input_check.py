@@ -16,6 +16,7 @@ from pathlib import Path
 
 from essaflow.config import DataConfig, ModelConfig
 from essaflow.data import DataError, read_problems
+from essaflow.data.config import HeldOutSourceConfig
 from essaflow.storage.hub import is_hub_id
 
 
@@ -27,12 +28,14 @@ class InputReport:
     notes: list[str] = field(default_factory=list)
 
 
-def check_inputs(model: ModelConfig, data: DataConfig) -> InputReport:
-    """The model and data a config names: each problem names its field."""
+def check_inputs(model: ModelConfig, data: DataConfig, held_out: HeldOutSourceConfig | None = None) -> InputReport:
+    """The model and data a config names (and the held-out source, eval.data): each problem names its field."""
     report = InputReport()
     _check_model(model.name_or_path, report)
     _check_chat_template(model, data, report)
     _check_data(data, report)
+    if held_out is not None:
+        _check_data(data.held_out(held_out), report, "eval.data.path")
     return report
 
 
@@ -105,29 +108,29 @@ def _check_model(name: str, report: InputReport) -> None:
         report.notes.append(f"{where}: hub id {name} (spelling checked; not resolved offline)")
 
 
-def _check_data(data: DataConfig, report: InputReport) -> None:
+def _check_data(data: DataConfig, report: InputReport, where: str = "data.path") -> None:
     if data.source == "synthetic":
         report.notes.append("data: the built-in synthetic task")
         return
     assert data.path  # the config requires it for every other source
     if data.source == "s3":
-        _check_s3(data.path, "data.path", report)
+        _check_s3(data.path, where, report)
         return
     local = Path(data.path).expanduser()
     if data.source == "hf" and not local.exists():
         if is_hub_id(data.path):
-            report.notes.append(f"data.path: hub dataset {data.path} (spelling checked; not downloaded)")
+            report.notes.append(f"{where}: hub dataset {data.path} (spelling checked; not downloaded)")
         else:
-            report.problems.append(f"data.path: {data.path!r} is neither a local path nor a hub dataset id")
+            report.problems.append(f"{where}: {data.path!r} is neither a local path nor a hub dataset id")
         return
     # A local source is read and validated in full: what the run's first task would do.
     try:
         loaded = read_problems(data)
     except DataError as e:
-        report.problems.append(f"data.path: {e}")
+        report.problems.append(f"{where}: {e}")
         return
     n = len(loaded.problems)
     dropped = f", {len(loaded.dropped)} malformed row(s) dropped" if loaded.dropped else ""
-    report.notes.append(f"data.path: {data.path}: {n} problems{dropped}")
-    if data.eval_size >= n:
+    report.notes.append(f"{where}: {data.path}: {n} problems{dropped}")
+    if where == "data.path" and data.eval_size >= n:
         report.problems.append(f"data.eval_size={data.eval_size} leaves no training data out of {n} problems")

@@ -57,6 +57,12 @@ class DatasetRef(Ref):
     sizes: dict[str, int]
     filtered: dict[str, int] = {}
     """Problems each data filter dropped, by its field (max_prompt_tokens, conflicting_duplicates)."""
+    snapshot: dict[str, Any] = {}
+    """What was read: {"digest", "sources": [{"role", "source", "digest", "files": {uri: version}}]}
+    (essaflow.data.prepare); the digest is `essaflow.data.data_snapshot_digest`'s."""
+    excluded: dict[str, int] = {}
+    """Problems in no split, by reason: held_out_unused (past data.eval_size), eval_overlap_dropped (also in
+    eval.data)."""
 
 
 class ModelRef(Ref):
@@ -135,6 +141,8 @@ class PipelineResult(BaseModel):
     mlflow_run_id: str
     dataset_uri: str
     adapter_uri: str
+    data: dict[str, Any] = {}
+    """The data read: snapshot (its digest), files (how many), eval_overlap_dropped, held_out_unused."""
     training: dict[str, Any] = {}
     """The training stage: method, steps, resumed_from, work_by_node (Ray node -> work), worker_failures."""
     data_filtered: dict[str, int] = {}

@@ -39,7 +39,7 @@ def compare(config: CompareConfig = _preset()) -> dict[str, Any]:
     """
     parent = open_comparison(config)
     task = task_config(config)
-    dataset = prepare_dataset(task.data, parent.storage_uri, task.model)  # model: the token filter's tokenizer
+    dataset = prepare_dataset(task.data, parent.storage_uri, task.eval.data, task.model)  # model: the token filter
     build_base_model(task.model)
     sft = warm_start(task.data, task.model, task.sft, task.adapter_uri, dataset, parent)
     evaluate_sft = evaluate.with_options(task_run_name="evaluate-sft")

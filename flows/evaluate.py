@@ -30,7 +30,7 @@ def evaluate_model(params: EvaluateParams = EvaluateParams()) -> EvalRef:
         tracking_uri=params.tracking_uri,
     )
     run = open_run(config)
-    dataset = prepare_dataset(params.data, run.storage_uri)
+    dataset = prepare_dataset(params.data, run.storage_uri, params.eval.data)
     # config.eval: eval.reward=auto resolved from the data (the pipeline config does it)
     report = evaluate_registered(params.model_name, params.alias, dataset, config.eval, params.sampling, run)
     tracking.finish_run(tracked(run))

@@ -13,7 +13,7 @@ from prefect import flow
 from essaflow.config import PipelineConfig
 from essaflow.refs import PipelineResult
 from flows.parameters import ESSAPipelineConfig, FGRPOPipelineConfig
-from tasks.data import prepare_dataset
+from tasks.data import prepare_dataset, record_dataset
 from tasks.evaluation import evaluate
 from tasks.model import build_base_model
 from tasks.register import register
@@ -31,7 +31,8 @@ def finetune(config: PipelineConfig = PipelineConfig(), resume: str | None = Non
             this pipeline). Refused if the config differs in a field the run's trajectory depends on.
     """
     run = open_run(config, resume)  # the run's record: the whole config; storage and MLflow checked before compute
-    dataset = prepare_dataset(config.data, run.storage_uri, config.model)  # model: the token filter's tokenizer
+    dataset = prepare_dataset(config.data, run.storage_uri, config.eval.data, config.model)  # model: token filter
+    record_dataset(run, dataset)  # the snapshot read, as the MLflow run's dataset input
     base = build_base_model(config.model)
     before = evaluate(config.data, config.model, config.sampling, config.eval, dataset, None, "base", run)
     sft = warm_start(config.data, config.model, config.sft, config.adapter_uri, dataset, run)

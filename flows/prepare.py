@@ -17,7 +17,7 @@ def prepare(
     """Prepare the dataset named by `data` in the store at `storage_uri` (`model`: whose tokenizer
     data.max_prompt_tokens counts with)."""
     root = check_storage(storage_uri_for(storage_uri))
-    return prepare_dataset(data, root, model)
+    return prepare_dataset(data, root, model=model)
 
 
 if __name__ == "__main__":

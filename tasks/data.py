@@ -12,15 +12,16 @@ from prefect import get_run_logger, task
 
 from essaflow.artifacts import config_hash, dataset_name, publish_dataset
 from essaflow.config import DataConfig, ModelConfig
-from essaflow.data import source_fingerprint, split_problems
-from essaflow.data.fingerprint import READER_VERSION
+from essaflow.data.config import HeldOutSourceConfig
+from essaflow.data.fingerprint import READER_VERSION, data_snapshot_digest
 from essaflow.model.identity import model_identity
-from essaflow.refs import DatasetRef
+from essaflow.refs import DatasetRef, RunRef
 from essaflow.storage import MANIFEST, StorageError, open_store
 from essaflow.timing import Timer
-from essaflow.training.warm_start import filtered_problems
+from essaflow.tracking.datasets import log_dataset_inputs
+from essaflow.training.warm_start import read_run_data
 from tasks.retry import retry_policy
-from tasks.run import record_stage
+from tasks.run import record_stage, tracked
 
 DATASET_FORMAT = 1  # bump when the stored layout changes, so old cache entries stop matching
 
@@ -28,7 +29,7 @@ DATASET_FORMAT = 1  # bump when the stored layout changes, so old cache entries 
 def same_data_config(context: Any, parameters: dict[str, Any]) -> str:
     """Cache key: the same data config and the same source bytes, written to the same store, are the same dataset.
 
-    The source's content (essaflow.data.source_fingerprint: file digest, S3 ETag, hub commit) is in the key, so a
+    The sources' content (essaflow.data.data_snapshot_digest: file digests, S3 ETags, hub commit) is in the key, so a
     file changed in place is a new key and a fresh dataset; unchanged bytes are a cache hit. A source that cannot
     be fingerprinted now (unreachable, missing) gets a key of its own, so the task runs and reports the problem.
 
@@ -37,8 +38,9 @@ def same_data_config(context: Any, parameters: dict[str, Any]) -> str:
     again.
     """
     data: DataConfig = parameters["data"]
+    held_out: HeldOutSourceConfig | None = parameters.get("held_out")
     model: ModelConfig | None = parameters.get("model")
-    data_key = config_hash(data)
+    data_key = config_hash(data) if held_out is None else f"{config_hash(data)}.{config_hash(held_out)}"
     if data.max_prompt_tokens is not None and model is not None:  # the token filter's tokenizer shapes the dataset
         try:
             tokenizer = hashlib.sha256(json.dumps(model_identity(model)).encode()).hexdigest()[:12]
@@ -47,7 +49,7 @@ def same_data_config(context: Any, parameters: dict[str, Any]) -> str:
         data_key = f"{data_key}-{tokenizer}"
     where = hashlib.sha256(parameters["storage_uri"].encode()).hexdigest()[:12]
     try:
-        content = source_fingerprint(data)
+        content = data_snapshot_digest(data, held_out)
     except Exception:  # the task itself reads the source and raises the clear error
         content = f"unread-{uuid.uuid4().hex[:8]}"
     key = f"prepare-dataset-v{DATASET_FORMAT}.{READER_VERSION}-{data_key}-{content}-{where}"
@@ -77,15 +79,30 @@ def _still_stored(result_store: Any, key: str) -> bool:
     **retry_policy(retries=3),
     on_completion=[record_stage],
 )
-def prepare_dataset(data: DataConfig, storage_uri: str, model: ModelConfig | None = None) -> DatasetRef:
-    """Source -> normalized Problems -> filters -> sft/train/eval Parquet in datasets/<name>/<content hash>/.
-
-    model: whose tokenizer data.max_prompt_tokens counts with."""
+def prepare_dataset(
+    data: DataConfig,
+    storage_uri: str,
+    held_out: HeldOutSourceConfig | None = None,
+    model: ModelConfig | None = None,
+) -> DatasetRef:
+    """Source (and the held-out source, eval.data) -> normalized Problems -> filters -> sft/train/eval Parquet in
+    datasets/<name>/<content hash>/, with the snapshot that was read. model: whose tokenizer data.max_prompt_tokens
+    counts with."""
     timer = Timer()
     with timer.part("compute"):
-        filtered = filtered_problems(data, model)
-        splits = split_problems(filtered.problems, data.eval_size, data.sft_fraction)
+        prepared = read_run_data(data, held_out, model)
     with timer.part("storage"):
-        ref = publish_dataset(open_store(storage_uri), dataset_name(data), splits, data, filtered.dropped)
-    get_run_logger().info("dataset %s %s at %s (dropped by filters: %s)", ref.hash, ref.sizes, ref.uri, ref.filtered)
+        store = open_store(storage_uri)
+        ref = publish_dataset(store, dataset_name(data), prepared.splits, data, prepared.snapshot, prepared.filtered)
+    files = sum(len(s["files"]) for s in prepared.snapshot["sources"])
+    get_run_logger().info(
+        "dataset %s %s at %s; snapshot %s (%d file(s)); left out: %s; dropped by filters: %s",
+        ref.hash, ref.sizes, ref.uri, prepared.snapshot["digest"], files, ref.excluded, ref.filtered,
+    )  # fmt: skip
     return ref.model_copy(update={"stage": "prepare_dataset", "timings": timer.timings()})
+
+
+@task(name="record_dataset", task_run_name="record_dataset", **retry_policy(retries=3))
+def record_dataset(run: RunRef, dataset: DatasetRef) -> None:
+    """The snapshot the run read, as the MLflow run's dataset inputs (with its digest) and tags."""
+    log_dataset_inputs(tracked(run), dataset)

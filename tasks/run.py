@@ -164,10 +164,29 @@ Method: {adapter.method_label or adapter.kind}{f"; fitness: {adapter.fitness_kin
 
 ## Artifacts
 - dataset `{dataset.hash}` ({dataset.sizes}): `{dataset.uri}`
+{_snapshot_lines(dataset)}
 - adapter ({adapter.kind}, {adapter.steps} steps): `{adapter.uri}`
 - eval reports: `{before.uri}`, `{after.uri}`
 - checkpoints: `{run.storage_uri.rstrip("/")}/{run.run_prefix}/checkpoints/`
 """
+
+
+def _snapshot_lines(dataset: DatasetRef, shown: int = 10) -> str:
+    """The data snapshot the run read, one bullet per source, its files listed (the first few) with versions."""
+    lines = [f"- data snapshot `{dataset.snapshot.get('digest', '')}`; left out: {dataset.excluded}"]
+    for s in dataset.snapshot.get("sources", []):
+        files = list(s["files"].items())
+        lines.append(f"  - {s['role']}: `{s['source']}` `{s['digest']}` ({len(files)} file(s))")
+        lines += [f"    - `{uri}` `{version}`" for uri, version in files[:shown]]
+        if len(files) > shown:
+            lines.append(f"    - ... and {len(files) - shown} more")
+    return "\n".join(lines)
+
+
+def data_summary(dataset: DatasetRef) -> dict[str, Any]:
+    """The run's JSON line `data`: the snapshot digest, how many files, what was left out of the splits."""
+    files = sum(len(s["files"]) for s in dataset.snapshot.get("sources", []))
+    return {"snapshot": dataset.snapshot.get("digest", ""), "files": files, **dataset.excluded}
 
 
 @task(
@@ -223,6 +242,7 @@ def close_run(
         dataset_uri=dataset.uri,
         adapter_uri=adapter.uri,
         data_filtered=dataset.filtered,
+        data=data_summary(dataset),
         training=adapter.model_dump(
             include={
                 "kind",

@@ -6,6 +6,7 @@ import json
 import re
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from essaflow.artifacts.dirs import fetch_dir
 from essaflow.config import DataConfig
@@ -48,9 +49,16 @@ def _problems_table(problems: list[Problem]):
 
 
 def publish_dataset(
-    store: ArtifactStore, name: str, splits: Splits, data_cfg: DataConfig, filtered: dict[str, int] | None = None
+    store: ArtifactStore,
+    name: str,
+    splits: Splits,
+    data_cfg: DataConfig,
+    snapshot: dict[str, Any] | None = None,
+    filtered: dict[str, int] | None = None,
 ) -> DatasetRef:
-    """Write the splits as Parquet under datasets/<name>/<content hash>/ unless that artifact is already there."""
+    """Write the splits as Parquet under datasets/<name>/<content hash>/ unless that artifact is already there;
+    ``snapshot`` (what was read, essaflow.data.prepare) and ``filtered`` (what the data filters dropped) go into the
+    reference and the first writer's info.json."""
     import pyarrow.parquet as pq
 
     fingerprint = splits.fingerprint()
@@ -64,14 +72,27 @@ def publish_dataset(
         with tempfile.TemporaryDirectory(prefix="essaflow-dataset-") as tmp:
             for split in SPLITS:
                 pq.write_table(_problems_table(getattr(splits, split)), Path(tmp) / f"{split}.parquet")
-            info = {"name": name, "hash": fingerprint, "sizes": sizes, "config": data_cfg.model_dump(mode="json"),
-                    "filtered": filtered or {}}  # fmt: skip
+            info = {
+                "name": name,
+                "hash": fingerprint,
+                "sizes": sizes,
+                "excluded": splits.counts(),
+                "filtered": filtered or {},
+                "snapshot": snapshot or {},
+                "config": data_cfg.model_dump(mode="json"),
+            }
             (Path(tmp) / "info.json").write_text(json.dumps(info, indent=2, sort_keys=True))
             store.upload_dir(Path(tmp), prefix)
     return DatasetRef(
-        uri=store.url(prefix), name=name, hash=fingerprint, config_hash=config_hash(data_cfg), sizes=sizes,
+        uri=store.url(prefix),
+        name=name,
+        hash=fingerprint,
+        config_hash=config_hash(data_cfg),
+        sizes=sizes,
+        snapshot=snapshot or {},
+        excluded=splits.counts(),
         filtered=filtered or {},
-    )  # fmt: skip
+    )
 
 
 def read_dataset(ref: DatasetRef) -> Splits:

@@ -1,7 +1,7 @@
 """Dataset sources normalised into one Problem schema, and deterministic splits."""
 
 from essaflow.data.errors import BadRowsError, DataError, DataFileError
-from essaflow.data.fingerprint import source_fingerprint
+from essaflow.data.fingerprint import data_snapshot_digest, source_fingerprint
 from essaflow.data.schema import Problem
 from essaflow.data.sources import LoadedProblems, load_problems, read_problems
 from essaflow.data.splits import Splits, split_problems
@@ -13,6 +13,7 @@ __all__ = [
     "LoadedProblems",
     "Problem",
     "Splits",
+    "data_snapshot_digest",
     "load_problems",
     "read_problems",
     "source_fingerprint",

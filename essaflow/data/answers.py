@@ -11,10 +11,12 @@ import re
 # A number with thousands separators only in groups of three (1,234 / 12,345,678.5), or plain digits.
 _NUM = r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?"
 _NUMBER = re.compile(rf"(?<![\d.,]){_NUM}(?![\d]|[.,]\d)")
-# The '####' line of a GSM8K answer: optional currency sign, the number, then anything that does not continue it
-# ('72 clips', '72.', '$1,000'), or a malformed one ('12,34', '4,2.') that must not be read as 1234 or 42.
+# The '####' line of a GSM8K answer: optional currency sign, a number, then the rest of the line.
 _HASH_NUMBER = re.compile(rf"^\$?\s*(?P<num>{_NUM})(?P<rest>.*)$")
 _CONTINUES_NUMBER = re.compile(r"^(?:[\d]|[.,]\d)")
+# What may follow a GSM8K number without being part of the answer: a unit in words ('72 clips', '5 dollars.'),
+# a percent sign, a full stop. Anything else ('/2', '^n', ', 3', ' and 4') makes the line one answer, read whole.
+_UNIT_TAIL = re.compile(r"^\s*(?:%|\s[A-Za-z][A-Za-z' -]*)?\s*[.!]?\s*$")
 
 
 def last_boxed(text: str) -> str | None:
@@ -37,11 +39,12 @@ def last_boxed(text: str) -> str | None:
 
 
 def after_hashes(text: str) -> str | None:
-    """GSM8K convention: the answer on the line after the last '####'.
+    """GSM8K convention: the answer on the line after the last '####', for the math verifier to judge.
 
-    A number there is read alone and normalised ('#### 72 clips' -> '72', '#### 1,234' -> '1234', '#### $5.' ->
-    '5'); a malformed one ('12,34', '4,2.') gives None rather than a wrong number; anything else on the line is
-    returned as written ('(1, 2)', '\\frac{1}{2}'), for math-verify to judge.
+    A GSM8K number is read alone and normalised ('#### 72 clips' -> '72', '#### 1,234' -> '1234', '#### $5.' ->
+    '5', '#### 50%' -> '50'); one with separators out of groups of three ('12,34', '4,2.') gives None rather than a
+    wrong number. Any other line goes whole, as written: fractions ('1/2', '-1/2'), powers and LaTeX ('$2^n$',
+    '\\frac{1}{2}'), tuples and several values ('(1, 2)', '2, 3'), words ('seven', 'no solution').
     """
     if "####" not in text:
         return None
@@ -51,9 +54,12 @@ def after_hashes(text: str) -> str | None:
     m = _HASH_NUMBER.match(line)
     if m is None:
         return line
-    if _CONTINUES_NUMBER.match(m.group("rest")):
+    rest = m.group("rest")
+    if _CONTINUES_NUMBER.match(rest):
         return None  # '12,34' or '4,2.': separators out of groups of three, never guessed at
-    return m.group("num").replace(",", "")
+    if _UNIT_TAIL.match(rest):
+        return m.group("num").replace(",", "")
+    return line
 
 
 def final_number(text: str) -> str | None:

@@ -35,13 +35,47 @@ class SyntheticTaskConfig(StrictConfig):
         return self
 
 
+class HeldOutSourceConfig(StrictConfig):
+    """A held-out set read from a source of its own (`eval.data`): GSM8K's test file, MATH500, a path or prefix.
+
+    Prompts get the training data's prompt_template, and max_prompt_chars applies, so both read alike."""
+
+    source: Literal["file", "hf", "s3"] = "file"
+    """file: a local file, directory or glob of JSONL/JSON/CSV/Parquet; hf: datasets.load_dataset; s3: s3:// URI
+    of one object, a prefix or a glob."""
+    path: str
+    """File, directory or glob; HF dataset name or local dataset directory; or s3:// URI, prefix or glob."""
+    hf_config: str | None = None
+    """HF dataset configuration name (e.g. 'main' for GSM8K)."""
+    hf_split: str = "test"
+    """HF split to read (GSM8K's held-out set is its test split)."""
+    hf_revision: str | None = None
+    """HF dataset revision (commit or tag) for reproducibility."""
+    adapter: Literal["plain", "gsm8k", "math"] = "plain"
+    """How the answer column is read: as is, GSM8K (after '####'), MATH (last \\boxed{})."""
+    columns: dict[str, str] = {}
+    """Column mapping from our names (id, prompt, answer) to the source's names."""
+    on_bad_row: Literal["error", "drop"] = "error"
+    """Malformed rows: fail listing every one, or drop them and count them."""
+
+    @field_validator("columns")
+    @classmethod
+    def _known_fields(cls, v: dict[str, str]) -> dict[str, str]:
+        unknown = sorted(set(v) - set(MAPPABLE))
+        if unknown:
+            raise ValueError(f"unknown field(s) {unknown}: map our names {list(MAPPABLE)} to your columns")
+        return v
+
+
 class DataConfig(StrictConfig):
     """Where problems come from and how they are split."""
 
     source: Literal["synthetic", "file", "hf", "s3"] = "synthetic"
-    """synthetic: built-in arithmetic; file: local JSONL/JSON/CSV/Parquet; hf: datasets.load_dataset; s3: s3:// URI."""
+    """synthetic: built-in arithmetic; file: local JSONL/JSON/CSV/Parquet files; hf: datasets.load_dataset; s3: s3://."""
     path: str | None = None
-    """File path, HF dataset name or local dataset directory, or s3:// URI (unused for synthetic)."""
+    """A file, a directory of shards or a glob (`shards/*.jsonl`); an HF dataset name or local dataset directory;
+    an s3:// object, prefix (`s3://bucket/problems/`) or glob. Shards may mix the supported formats; the run
+    records the files it read and their digests (unused for synthetic)."""
     hf_config: str | None = None
     """HF dataset configuration name (e.g. 'main' for GSM8K)."""
     hf_split: str = "train"
@@ -80,7 +114,13 @@ class DataConfig(StrictConfig):
     sft_fraction: float = Field(0.4, ge=0.0, lt=1.0)
     """Share of problems in the SFT split (disjoint from train/eval, as ESSA's warm start asks)."""
     eval_size: int = Field(256, ge=1)
-    """Number of held-out problems in the eval split."""
+    """Most held-out problems evaluated: those with the smallest problem keys among the held-out ones (the region
+    below data.eval_fraction, or eval.data). A cap, not a rank: growing data never moves an evaluated problem into
+    training (docs/data.md, "Splits that stay put")."""
+    eval_fraction: float = Field(0.1, gt=0.0, lt=1.0)
+    """Share of the key space held out: a problem whose key reads below this is never trained on, whatever else
+    the source holds. Pick it so eval_fraction x problems >= eval_size (the region beyond the cap is left unused);
+    ignored with eval.data, where the held-out set is a source of its own."""
     max_problems: int | None = Field(None, ge=1)
     """Cap on problems read from the source (after validation), for quick runs."""
     seed: int = 0
@@ -110,6 +150,11 @@ class DataConfig(StrictConfig):
         if self.source != "synthetic" and not self.path:
             raise ValueError(f"data.path is required for data.source={self.source!r}")
         return self
+
+    def held_out(self, source: HeldOutSourceConfig) -> DataConfig:
+        """The data config that reads `eval.data`: its source, with this config's prompt template and limits."""
+        fields = source.model_dump()
+        return self.model_copy(update={**fields, "max_problems": None, "synthetic": SyntheticTaskConfig()})
 
     def prompt_format(self) -> PromptFormat:
         """How prompts are wrapped for the model: the one value SFT, scoring, rollouts and evaluation share."""

@@ -3,47 +3,56 @@
 A key of the config alone (the path) would serve a data file changed in place from the cache; with the digest,
 changed bytes are a new key, always, and unchanged bytes hit the cache:
 
-- file, or a local HF dataset directory: the SHA-256 of the bytes (essaflow.storage.content_digest: remembered per file
-  stat, so an unchanged file costs a stat);
-- s3://: the object's ETag and size (one listing, nothing downloaded);
+- file (one, a directory or a glob of shards): the SHA-256 of each file's bytes (essaflow.storage.content_digest:
+  remembered per file stat, so an unchanged file costs a stat), digested with the file names (essaflow.data.shards);
+- s3:// (an object, a prefix or a glob): each object's ETag and size (one listing, nothing downloaded);
+- a local HF dataset directory: the SHA-256 of its files;
 - a hub dataset: the commit data.hf_revision resolves to (a repo at a commit is immutable);
-- synthetic: nothing beyond the config (the generator is a pure function of it).
+- synthetic: its generator's settings (the generator is a pure function of them).
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from essaflow.data.config import DataConfig
+from essaflow.data.config import DataConfig, HeldOutSourceConfig
+from essaflow.data.shards import digest_of, is_glob, local_snapshot, s3_snapshot
 from essaflow.storage.content_digest import path_digest
-from essaflow.storage.digest import sha256_bytes
 
-#: How records are read and validated; bump it when that changes what a source yields (2: answers as written).
-READER_VERSION = 2
+#: How records are read and validated; bump it when that changes what a source yields (2: answers as written;
+#: 3: shards, what follows "####" read whole).
+READER_VERSION = 3
 
 
 def source_fingerprint(cfg: DataConfig) -> str:
     """Short digest of the bytes the source would yield now (``absent`` for a missing local path)."""
     if cfg.source == "synthetic":
-        return "synthetic"
+        return digest_of({"synthetic": cfg.synthetic.model_dump(mode="json"), "seed": cfg.seed})
     assert cfg.path
     if cfg.source == "s3":
-        return _digest(_s3_versions(cfg.path))
+        return s3_snapshot(cfg.path).digest
     local = Path(cfg.path).expanduser()
-    if cfg.source == "file" or local.exists():
-        return path_digest(local) if local.exists() else "absent"
+    if cfg.source == "file":
+        return local_snapshot(cfg.path).digest if is_glob(cfg.path) or local.exists() else "absent"
+    if local.exists():
+        return path_digest(local)
     from essaflow.storage.hub import hub_commit
 
     return hub_commit(cfg.path, cfg.hf_revision, repo_type="dataset", field="data.path")
 
 
-def _s3_versions(uri: str) -> dict[str, str]:
-    from essaflow.storage import open_store
+def data_snapshot_digest(data: DataConfig, held_out: HeldOutSourceConfig | None = None) -> str:
+    """One digest of everything a run's data reads now: the training source and the held-out source (eval.data).
 
-    parent, _, name = uri.rstrip("/").rpartition("/")
-    return open_store(parent).versions(name)
+    The same digest the run records (`DatasetRef.snapshot["digest"]`, the MLflow tag `essaflow.data_snapshot`, the
+    JSON line's `data.snapshot`), so a scheduler can compare it with the last run's and skip a run on the same data.
+    Listing only, nothing downloaded."""
+    parts = [source_fingerprint(data)]
+    if held_out is not None:
+        parts.append(source_fingerprint(data.held_out(held_out)))
+    return combined_digest(parts)
 
 
-def _digest(obj: object) -> str:
-    return sha256_bytes(json.dumps(obj, sort_keys=True).encode())[:16]
+def combined_digest(parts: list[str]) -> str:
+    """The snapshot digest from its sources' digests (one source: its own digest)."""
+    return parts[0] if len(parts) == 1 else digest_of(parts)

@@ -36,6 +36,8 @@ class Record:
     where: str
     values: dict[str, Any] | None
     problem: str | None = None
+    default_id: str | None = None
+    """The id of a row that has none (a shard's `<file>:<row>`); None: its index in the source."""
 
 
 @dataclass
@@ -45,6 +47,8 @@ class Table:
     source: str
     records: list[Record] = field(default_factory=list)
     columns: list[str] = field(default_factory=list)
+    parts: list[Table] = field(default_factory=list)
+    """The shards a merged table was read from (each checked for the columns on its own); empty for one file."""
 
     def add(self, where: str, values: dict[str, Any]) -> None:
         for name in values:

@@ -85,7 +85,7 @@ def _adapt(cfg: DataConfig, answer: str) -> tuple[str | None, str]:
     return answer.strip() or None, "answer is empty"
 
 
-def _problem(record_values: dict[str, Any], index: int, cfg: DataConfig) -> dict[str, Any] | tuple[str, str]:
+def _problem(record_values: dict[str, Any], default_id: str, cfg: DataConfig) -> dict[str, Any] | tuple[str, str]:
     """The Problem fields of one record, or (column, why) when it is malformed."""
     mapping = column_map(cfg)
     col = mapping["prompt"]
@@ -116,7 +116,7 @@ def _problem(record_values: dict[str, Any], index: int, cfg: DataConfig) -> dict
         rid = cell_text(record_values.get(col))
     except NotScalar as e:
         return col, f"id is {e}"
-    fields = {"id": rid if rid and rid.strip() else str(index), "prompt": prompt, "answer": answer}
+    fields = {"id": rid if rid and rid.strip() else default_id, "prompt": prompt, "answer": answer}
     if "solution" in Problem.model_fields:  # where the schema has one (sft.target=solution trains on it)
         # a 'solution' column (or data.columns.solution), else the adapter's full answer text: GSM8K's worked
         # answer, MATH's solution; the reward still judges the final answer
@@ -150,9 +150,9 @@ def table_problems(table: Table, cfg: DataConfig) -> tuple[list[Problem], list[t
     """
     if not table.records:
         raise DataFileError(f"{table.source}: no rows (the source holds no records)")
-    readable = [r for r in table.records if r.values is not None]
-    if readable:
-        check_columns(table, cfg)
+    for part in table.parts or [table]:  # each shard names its own missing column
+        if any(r.values is not None for r in part.records):
+            check_columns(part, cfg)
     problems: list[Problem] = []
     bad: list[tuple[int, str]] = []
     seen: dict[str, str] = {}
@@ -161,7 +161,7 @@ def table_problems(table: Table, cfg: DataConfig) -> tuple[list[Problem], list[t
         if record.values is None:
             bad.append((i, f"{record.where}: {record.problem}"))
             continue
-        fields = _problem(record.values, i, cfg)
+        fields = _problem(record.values, record.default_id or str(i), cfg)
         if isinstance(fields, tuple):
             bad.append((i, f"{record.where}, column {fields[0]!r}: {fields[1]}"))
             continue

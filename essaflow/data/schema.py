@@ -34,3 +34,9 @@ class Problem(BaseModel):
         # the solution counts only when present, so problems without one keep their hash (and their split)
         blob = json.dumps(fields if self.solution is None else [*fields, self.solution], ensure_ascii=False)
         return hashlib.sha256(blob.encode()).hexdigest()
+
+    def problem_key(self) -> str:
+        """SHA-256 of the prompt alone, whitespace runs collapsed: which problem this is, whatever its id, answer
+        spelling or solution. Splits and the overlap with `eval.data` use it, so a duplicate row under another id
+        lands where the first one does, and a held-out problem copied into the training data is found there."""
+        return hashlib.sha256(" ".join(self.prompt.split()).encode()).hexdigest()

@@ -1,17 +1,17 @@
-"""Read problems from a source named by DataConfig: synthetic, local file, Hugging Face datasets, or s3://."""
+"""Read problems from a source named by DataConfig: synthetic, local files, Hugging Face datasets, or s3://."""
 
 from __future__ import annotations
 
 import logging
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from essaflow.data.config import DataConfig
 from essaflow.data.errors import DataFileError
-from essaflow.data.readers import Table, read_file, rows_table
+from essaflow.data.readers import Table, rows_table
 from essaflow.data.rows import table_problems
 from essaflow.data.schema import Problem
+from essaflow.data.shards import Snapshot, local_snapshot, read_snapshot, s3_snapshot
 from essaflow.data.synthetic import synthetic_problems
 
 log = logging.getLogger(__name__)
@@ -24,6 +24,8 @@ class LoadedProblems:
     problems: list[Problem]
     dropped: list[tuple[int, str]]
     source: str
+    snapshot: Snapshot
+    """The files read and their versions (the run's dataset input)."""
 
 
 def _read_hf(cfg: DataConfig) -> Table:
@@ -44,42 +46,38 @@ def _read_hf(cfg: DataConfig) -> Table:
     return rows_table(cfg.path, ds.column_names, ds)
 
 
-def _read_s3(cfg: DataConfig) -> Table:
-    from essaflow.storage import open_store
+def source_snapshot(cfg: DataConfig) -> Snapshot:
+    """The files a file or s3 source names now, with their versions (nothing read); other sources: their digest."""
+    from essaflow.data.fingerprint import source_fingerprint
 
-    assert cfg.path
-    with tempfile.TemporaryDirectory() as tmp:
-        name = cfg.path.rstrip("/").rsplit("/", 1)[-1]
-        local = Path(tmp) / name
-        open_store(cfg.path.rsplit("/", 1)[0]).download_file(name, local)
-        return read_file(local, source=cfg.path)  # errors name the URI, not the temporary copy
+    if cfg.source == "file":
+        return local_snapshot(cfg.path or "")
+    if cfg.source == "s3":
+        return s3_snapshot(cfg.path or "")
+    return Snapshot(cfg.path or cfg.source, {}, source_fingerprint(cfg))
 
 
-def read_source(cfg: DataConfig) -> Table:
-    """The raw records of a file, HF or s3 source (not synthetic)."""
+def read_source(cfg: DataConfig, snapshot: Snapshot | None = None) -> Table:
+    """The raw records of a file, HF or s3 source (not synthetic): of ``snapshot``'s files when given."""
     if not cfg.path:
         raise DataFileError(f"data.path is required for data.source={cfg.source!r}")
-    if cfg.source == "file":
-        path = Path(cfg.path)
-        if not path.is_file():
-            raise DataFileError(f"{path}: data.path does not exist" if not path.exists() else f"{path}: not a file")
-        return read_file(path)
     if cfg.source == "hf":
         return _read_hf(cfg)
-    return _read_s3(cfg)
+    return read_snapshot(snapshot or source_snapshot(cfg))
 
 
 def read_problems(cfg: DataConfig) -> LoadedProblems:
     """Problems and the dropped rows; malformed rows raise one BadRowsError unless on_bad_row=drop."""
+    snapshot = source_snapshot(cfg)
     if cfg.source == "synthetic":
         s = cfg.synthetic
         problems = synthetic_problems(s.num_problems, s.min_digits, s.max_digits, s.operators, cfg.seed)
         dropped: list[tuple[int, str]] = []
     else:
-        problems, dropped = table_problems(read_source(cfg), cfg)
+        problems, dropped = table_problems(read_source(cfg, snapshot), cfg)
     if cfg.max_problems is not None:
         problems = problems[: cfg.max_problems]
-    return LoadedProblems(problems, dropped, cfg.path or "synthetic")
+    return LoadedProblems(problems, dropped, cfg.path or "synthetic", snapshot)
 
 
 def load_problems(cfg: DataConfig) -> list[Problem]:

@@ -11,6 +11,7 @@ from pathlib import Path
 from pydantic import Field, field_validator, model_validator
 
 from essaflow.config_base import StrictConfig, trajectory
+from essaflow.data.config import HeldOutSourceConfig
 from essaflow.data.schema import Problem
 from essaflow.generation.sampling import Generator, Samples, SamplingConfig, sample_completions, warn_if_truncated
 from essaflow.judging.rewards import AUTO_REWARD, REWARDS, get_reward, resolve_reward
@@ -33,6 +34,10 @@ class EvalConfig(StrictConfig):
     """Reward used to judge correctness (essaflow.judging.rewards). auto follows the data: math_verify for
     data.adapter gsm8k or math (symbolic equivalence of the extracted final answer), exact_match for the synthetic
     task and plain files; the pipeline config resolves it, so runs record the concrete name."""
+    data: HeldOutSourceConfig | None = None
+    """A held-out set of its own (GSM8K's test file, MATH500, a path, glob or s3:// prefix) instead of a region of
+    the training data; problems it shares with the training data are dropped from training and counted
+    (`eval_overlap_dropped`), and data.eval_size caps how many are evaluated (docs/data.md)."""
     samples_saved_per_problem: int = Field(4, ge=0)
     """Completions kept per problem in the report's samples.jsonl.gz (with their correctness and truncation), so
     you can read what the model wrote; 0 keeps only the counts."""

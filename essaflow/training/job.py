@@ -17,13 +17,12 @@ import time
 from typing import Any
 
 from essaflow.config import PipelineConfig
-from essaflow.data import split_problems
 from essaflow.judging.evaluation import EvalReport
 from essaflow.model.tiny import cache_root
 from essaflow.storage import open_store
 from essaflow.training.contract import TrainCallbacks
 from essaflow.training.run import RunStorage, method_label, method_tags, train
-from essaflow.training.warm_start import evaluate_output, filtered_problems, sft_start
+from essaflow.training.warm_start import evaluate_output, read_run_data, sft_start
 
 HEADLINE = ("greedy", "pass@1", "pass@8")
 
@@ -62,8 +61,8 @@ def _progress_line(cfg: PipelineConfig, row: dict[str, Any]) -> str | None:
 def run_training_job(cfg: PipelineConfig) -> dict[str, Any]:
     """The whole job on cfg (cfg.method essa or fgrpo); returns the JSON-able summary the CLI prints last."""
     start, label = time.perf_counter(), method_label(cfg.method, cfg.essa, cfg.grpo)
-    filtered = filtered_problems(cfg.data, cfg.model)
-    splits = split_problems(filtered.problems, cfg.data.eval_size, cfg.data.sft_fraction)
+    prepared = read_run_data(cfg.data, cfg.eval.data, cfg.model)
+    filtered, splits = prepared.filtered, prepared.splits
     _progress(f"{label}: {len(splits.train)} train / {len(splits.eval)} eval problems")
     fmt = cfg.data.prompt_format()
     sft = sft_start(cfg.adapter_uri, cfg.model, cfg.sft, splits, fmt)
@@ -102,7 +101,7 @@ def run_training_job(cfg: PipelineConfig) -> dict[str, Any]:
             "after": after.truncated_share,
             "rollouts": result.truncated_share,
         },  # fmt: skip
-        "data_filtered": filtered.dropped,  # problems each data filter dropped (data.max_prompt_tokens, ...)
+        "data_filtered": filtered,  # problems each data filter dropped (data.max_prompt_tokens, ...)
         "steps": result.steps,
         "train_wall_s": result.wall_s,
         "bytes_per_update": round(result.bytes_per_update),

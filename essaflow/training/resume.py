@@ -71,6 +71,7 @@ def resume_identity(cfg: PipelineConfig) -> dict[str, Any]:
         "method": cfg.method,
         "seed": cfg.seed,
         **_flat(cfg.data.model_dump(mode="json"), "data."),
+        "eval.data": cfg.eval.data.model_dump(mode="json") if cfg.eval.data else None,  # the held-out source
         **method_trajectory(cfg),
     }
 

@@ -17,8 +17,9 @@ from peft import PeftModel
 from transformers import PreTrainedTokenizerBase
 
 from essaflow.config import DataConfig, EvalConfig, ModelConfig, SamplingConfig, SFTConfig
-from essaflow.data import Splits, load_problems, split_problems
-from essaflow.data.filters import Filtered, filter_problems
+from essaflow.data import Splits
+from essaflow.data.config import HeldOutSourceConfig
+from essaflow.data.prepare import PreparedData, prepare_data
 from essaflow.data.schema import Problem
 from essaflow.generation.prompt_format import PromptFormat
 from essaflow.generation.sampling import TransformersGenerator, VLLMGenerator, resolve_backend
@@ -41,15 +42,20 @@ from essaflow.training.sft import train_sft
 log = logging.getLogger(__name__)
 
 
-def filtered_problems(cfg: DataConfig, model: ModelConfig | None = None) -> Filtered:
-    """Load and validate the problems, then apply the data filters (the token cap reads model's tokenizer)."""
+def read_run_data(
+    cfg: DataConfig, held_out: HeldOutSourceConfig | None = None, model: ModelConfig | None = None
+) -> PreparedData:
+    """Read, validate, filter and split the problems named by the data config and the held-out source (eval.data);
+    model: whose tokenizer data.max_prompt_tokens counts with."""
     tokenizer = load_tokenizer(model) if cfg.max_prompt_tokens is not None and model is not None else None
-    return filter_problems(load_problems(cfg), cfg, tokenizer)
+    return prepare_data(cfg, held_out, tokenizer)
 
 
-def prepare_splits(cfg: DataConfig, model: ModelConfig | None = None) -> Splits:
-    """Load, validate, filter and split the problems named by the data config (model: for data.max_prompt_tokens)."""
-    return split_problems(filtered_problems(cfg, model).problems, cfg.eval_size, cfg.sft_fraction)
+def prepare_splits(
+    cfg: DataConfig, held_out: HeldOutSourceConfig | None = None, model: ModelConfig | None = None
+) -> Splits:
+    """The splits of `read_run_data`."""
+    return read_run_data(cfg, held_out, model).splits
 
 
 def sft_key(model: ModelConfig, sft: SFTConfig, problems: list[Problem], fmt: PromptFormat | None = None) -> str:

@@ -27,6 +27,11 @@ def test_a_changed_trajectory_field_is_refused_naming_the_field_and_both_values(
     assert "essa.sigma0" in msg and "0.7" in msg and "data.eval_size" in msg and "r1" in msg
 
 
+def test_a_changed_held_out_source_is_refused():
+    with pytest.raises(ConfigError, match="eval.data"):
+        check_resumable(_cfg(), _cfg("eval.data.path=test.jsonl"), "r1")
+
+
 def test_a_changed_method_is_refused():
     with pytest.raises(ConfigError, match="method"):
         check_resumable(_cfg(), load_config(None, ["method=fgrpo"]), "r1")
