@@ -11,8 +11,9 @@ from essaflow.judging.gate import GateConfig, problems_digest, protocol_digest
 from essaflow.refs import ChampionRef, DatasetRef, EvalRef, RunRef
 from essaflow.storage import StorageError, open_store
 from essaflow.timing import Timer
-from essaflow.tracking.champion import evaluate_version, reusable_report_uri
+from essaflow.tracking.champion import reusable_report_uri
 from essaflow.tracking.promotion import CHAMPION, alias_version
+from essaflow.training.registered import evaluate_version
 from tasks.retry import retry_policy
 from tasks.run import record_stage, tracked
 
@@ -51,7 +52,7 @@ def evaluate_champion(
         log.info("champion v%s re-evaluated on this run's problems: %s", version, ref.summary)
         scored = "re-evaluated"
     with timer.part("tracking"):
-        tracking.set_tags(tracked(run), {"essaflow.gate.champion": f"models:/{run.name}/{version} ({scored})"})
+        tracking.set_tags(tracked(run), {"essaflow.gate_baseline": f"models:/{run.name}/{version} ({scored})"})
     return ChampionRef(name=run.name, version=version, eval=ref, scored=scored, **digests, stage="evaluate-champion",
                        timings=timer.timings())  # fmt: skip
 

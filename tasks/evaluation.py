@@ -11,7 +11,7 @@ from essaflow.config import DataConfig, EvalConfig, ModelConfig, SamplingConfig
 from essaflow.refs import AdapterRef, DatasetRef, EvalRef, RunRef
 from essaflow.storage import open_store
 from essaflow.timing import Timer
-from essaflow.tracking.champion import evaluate_version
+from essaflow.training.registered import evaluate_version
 from essaflow.training.warm_start import evaluate_adapter, evaluate_output
 from tasks.retry import retry_policy
 from tasks.run import record_stage, tracked

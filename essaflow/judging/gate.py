@@ -171,11 +171,11 @@ class GateEvidence:
         return asdict(self)
 
     def tags(self) -> dict[str, str]:
-        """Model version tags, `essaflow.gate.*` (numbers rounded to 4 places; guards as JSON)."""
+        """Model version tags, `essaflow.gate_*` (numbers rounded to 4 places; guards as JSON)."""
         body = {k: v for k, v in self.to_dict().items() if k != "guards"}
-        out = {f"essaflow.gate.{k}": "" if v is None else str(round(v, 4) if isinstance(v, float) else v)
+        out = {f"essaflow.gate_{k}": "" if v is None else str(round(v, 4) if isinstance(v, float) else v)
                for k, v in body.items()}  # fmt: skip
-        out["essaflow.gate.guards"] = json.dumps(_rounded(self.guards), sort_keys=True)
+        out["essaflow.gate_guards"] = json.dumps(_rounded(self.guards), sort_keys=True)
         return out
 
     def markdown(self, name: str, version: str) -> str:

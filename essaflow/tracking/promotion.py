@@ -2,7 +2,7 @@
 
 The verdict itself is computed in essaflow/judging/gate.py from both models' per-problem outcomes on the same
 problems under the same protocol. Here the verdict is applied (a champion that moved since it was evaluated is
-not overruled: the new version stays challenger) and written where a user looks: the version's `essaflow.gate.*`
+not overruled: the new version stays challenger) and written where a user looks: the version's `essaflow.gate_*`
 tags, the `promotion` tag, and `gate/evidence.json` in the version's MLflow run.
 """
 
@@ -65,7 +65,7 @@ def _challenger(c, name: str, version: str, decision: str):
 
 
 def record_evidence(c, name: str, version: str, mlflow_run_id: str, evidence: GateEvidence, decision: str) -> None:
-    """The evidence as the version's `essaflow.gate.*` tags and as gate/evidence.json in its MLflow run."""
+    """The evidence as the version's `essaflow.gate_*` tags and as gate/evidence.json in its MLflow run."""
     for key, value in evidence.tags().items():
         c.set_model_version_tag(name, version, key, scrub(value)[:5000])
     c.log_dict(mlflow_run_id, {"model": name, "version": version, "decision": decision, **evidence.to_dict()},
