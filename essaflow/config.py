@@ -6,6 +6,7 @@ Where each section is defined (and documented, field by field):
     model     essaflow/model/loading.py          ModelConfig
     sampling  essaflow/generation/sampling.py    SamplingConfig
     eval      essaflow/judging/evaluation.py     EvalConfig
+    registry  essaflow/judging/gate.py           GateConfig (the promotion gate)
     sft       essaflow/training/config.py        SFTConfig
     essa      essaflow/essa/config.py            ESSAConfig (workers: essaflow/cluster/config.py)
     grpo      essaflow/grpo/config.py            GRPOConfig (workers: essaflow/cluster/config.py)
@@ -39,15 +40,16 @@ from essaflow.essa.config import ESSAConfig
 from essaflow.generation.sampling import TINY_MAX_NEW_TOKENS, SamplingConfig
 from essaflow.grpo.config import GRPOConfig
 from essaflow.judging.evaluation import EvalConfig
+from essaflow.judging.gate import LARGEST_K, GateConfig
 from essaflow.judging.rewards import resolve_reward
 from essaflow.model.loading import BUILTIN_TINY, ModelConfig
 from essaflow.training.config import SFTConfig
 
 __all__ = [
     "ConfigError", "DataConfig", "ESSAConfig", "ESSAWorkersConfig", "EvalConfig", "GRPOConfig", "GRPOWorkersConfig",
-    "ModelConfig", "PipelineConfig", "RayWorkersConfig", "SFTConfig", "SamplingConfig", "SyntheticTaskConfig",
-    "apply_overrides", "apply_values", "changed_trajectory", "load_config", "merge_tree", "method_trajectory",
-    "override_value", "parse_config", "read_yaml_tree", "resolve_extends",
+    "GateConfig", "ModelConfig", "PipelineConfig", "RayWorkersConfig", "SFTConfig", "SamplingConfig",
+    "SyntheticTaskConfig", "apply_overrides", "apply_values", "changed_trajectory", "load_config", "merge_tree",
+    "method_trajectory", "override_value", "parse_config", "read_yaml_tree", "resolve_extends",
 ]  # fmt: skip
 
 
@@ -84,8 +86,11 @@ class PipelineConfig(StrictConfig):
     adapter_uri: str | None = None
     """Start from this SFT adapter instead of training one."""
     promotion_metric: str = "pass@1"
-    """Registry gate: alias champion moves to a new version only if it beats the champion on this eval metric
-    (greedy, or pass@k with k in eval.ks); otherwise the new version becomes challenger."""
+    """Registry gate: alias champion moves to a new version only on a paired win over the champion on this eval
+    metric (greedy, or pass@k with k in eval.ks), both scored on this run's problems and protocol (the rule:
+    `registry`); otherwise the new version becomes challenger."""
+    registry: GateConfig = GateConfig()
+    """The promotion gate: minimum gain, confidence, guard metrics (docs/compare.md, "The promotion gate")."""
 
     @model_validator(mode="after")
     def _defaults_that_follow_the_data_and_model(self) -> PipelineConfig:
@@ -114,6 +119,10 @@ class PipelineConfig(StrictConfig):
         if self.promotion_metric not in measured:
             choices = sorted(measured)
             raise ValueError(f"promotion_metric {self.promotion_metric!r} is not measured; choose from {choices}")
+        unknown = [g for g in self.registry.guard_metrics if g not in measured | {LARGEST_K}]
+        if unknown:
+            choices = sorted(measured | {LARGEST_K})
+            raise ValueError(f"registry.guard_metrics {unknown} are not measured; choose from {choices}")
         return self
 
 

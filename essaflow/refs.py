@@ -116,6 +116,19 @@ class EvalRef(Ref):
     """Share of the sampled completions that hit sampling.max_new_tokens (warned above 10%)."""
 
 
+class ChampionRef(Ref):
+    """The current champion scored on this run's eval problems under this run's protocol (the gate's baseline)."""
+
+    name: str
+    version: str
+    eval: EvalRef
+    """Its pass@k report with per-problem counts (this run's, or its own stored one when reused)."""
+    scored: str
+    """re-evaluated (in this run) or stored counts (its own report: problem set and protocol digests matched)."""
+    problems_digest: str
+    protocol_digest: str
+
+
 class RegisteredRef(Ref):
     name: str
     version: str
@@ -124,6 +137,9 @@ class RegisteredRef(Ref):
     """Why the promotion gate moved (or did not move) the champion alias."""
     model_uri: str
     """models:/<name>/<version>."""
+    gate: dict[str, Any] = {}
+    """The gate's evidence (essaflow.judging.gate.GateEvidence): both scores, the paired difference and its
+    interval, the number of problems, the digests, the verdict and its reason."""
 
 
 class PipelineResult(BaseModel):
@@ -136,6 +152,8 @@ class PipelineResult(BaseModel):
     model_version: str
     aliases: list[str]
     decision: str
+    gate: dict[str, Any] = {}
+    """The promotion gate's evidence (RegisteredRef.gate): scores, paired difference, interval, verdict, reason."""
     tracking_uri: str
     storage_uri: str
     mlflow_run_id: str

@@ -1,4 +1,5 @@
-"""The main pipeline: data -> baseline pass@k -> SFT warm start -> ESSA or F-GRPO -> pass@k -> registry.
+"""The main pipeline: data -> baseline pass@k -> SFT warm start -> ESSA or F-GRPO -> pass@k -> the champion on the
+same problems -> registry (the promotion gate).
 
 Each stage is a task that takes its own config sections and the references earlier stages returned, writes its
 artifact to storage and returns a small reference; a failed stage is retried (training resumes from its last
@@ -13,6 +14,7 @@ from prefect import flow
 from essaflow.config import PipelineConfig
 from essaflow.refs import PipelineResult
 from flows.parameters import ESSAPipelineConfig, FGRPOPipelineConfig
+from tasks.champion import evaluate_champion
 from tasks.data import prepare_dataset, record_dataset
 from tasks.evaluation import evaluate
 from tasks.model import build_base_model
@@ -38,9 +40,11 @@ def finetune(config: PipelineConfig = PipelineConfig(), resume: str | None = Non
     sft = warm_start(config.data, config.model, config.sft, config.adapter_uri, dataset, run)
     tuned = train(config, dataset, sft, run)  # the trainers take the pipeline config (method_trajectory's sections)
     after = evaluate(config.data, config.model, config.sampling, config.eval, dataset, tuned, "tuned", run)
+    # the gate's baseline: the champion on these problems under this protocol (its stored counts when they match)
+    champion = evaluate_champion(config.registry, config.eval, config.sampling, dataset, run)
     model = register(
         config.promotion_metric, config.data, config.model, config.sampling, config.eval,
-        dataset, base, tuned, before, after, run,
+        dataset, base, tuned, before, after, run, config.registry, champion,
     )  # fmt: skip
     return close_run(run, dataset, base, sft, tuned, before, after, model)
 

@@ -25,12 +25,14 @@ from essaflow.compare.results import (
     ArmResult,
     accuracy_curve,
     claims,
+    gate_evidence,
     gate_verdicts,
     pass_at_k_curve,
     plain_grpo,
 )
 from essaflow.compare.scaling import compare_projection
 from essaflow.config import ESSAConfig, GRPOConfig, PipelineConfig
+from essaflow.judging.gate import protocol_digest
 from essaflow.projection.measured import RunMetrics
 from essaflow.refs import AdapterRef, EvalRef, RunRef
 from essaflow.storage import open_store
@@ -103,7 +105,7 @@ def _rows(run: RunRef) -> list[dict[str, Any]]:
 @task(name="close_arm", task_run_name="close-{arm.name}", **retry_policy(backoff_s=1))
 def close_arm(run: RunRef, arm: Arm, tuned: AdapterRef, after: EvalRef, start: EvalRef) -> ArmResult:
     """The arm's measurements from storage (per-problem counts, the trainer's rows); the child run finished."""
-    counts, rows = read_eval_report(after).correct_counts, _rows(run)
+    measured, rows = read_eval_report(after), _rows(run)
     trainable = max((r.get("trainable_bytes", 0) for r in rows), default=0)
     payload = float(trainable) * arm.config.grpo.mini_batches if arm.config.method == "fgrpo" else 0.0
     result = ArmResult(
@@ -111,7 +113,7 @@ def close_arm(run: RunRef, arm: Arm, tuned: AdapterRef, after: EvalRef, start: E
         label=tuned.method_label,
         seed=arm.seed,
         summary=after.summary,
-        pass_curve=pass_at_k_curve(counts, after.samples_per_problem),
+        pass_curve=pass_at_k_curve(measured.correct_counts, after.samples_per_problem),
         train_wall_s=tuned.wall_s,
         steps=tuned.steps,
         usage=tuned.usage,
@@ -121,6 +123,9 @@ def close_arm(run: RunRef, arm: Arm, tuned: AdapterRef, after: EvalRef, start: E
         fitness_kind=tuned.fitness_kind,
         mlflow_run_id=run.mlflow_run_id,
         run_id=run.run_id,
+        problem_ids=measured.problem_ids,
+        correct_counts=measured.correct_counts,
+        greedy_correct=measured.greedy_correct,
     )
     tracking.finish_run(tracked(run))
     return result
@@ -159,10 +164,13 @@ def write_report(cfg: CompareConfig, parent: RunRef, start: EvalRef, arms: list[
     sft_curve = pass_at_k_curve(sft_report.correct_counts, sft_report.samples_per_problem)
     sft = {**start.summary, **{f"pass@{k}": sft_curve[k - 1] for k in report.HEADLINE_KS if k <= len(sft_curve)}}
     found = claims(arms, sft, start.samples_per_problem)
-    verdicts = gate_verdicts(arms, start.summary, cfg.task.promotion_metric)
+    t = cfg.task
+    evidence = gate_evidence(arms, sft_report, t.promotion_metric, t.eval.ks, t.registry,
+                             protocol_digest(t.eval, t.sampling))  # fmt: skip
+    verdicts = gate_verdicts(evidence, arms)
     runs = _projection_runs(cfg, arms, parent)
     projection = compare_projection(runs["essa"], runs["grpo"], cfg.projection.bandwidth_gbs, cfg.projection.gpus)
-    body = report.as_json(cfg, sft, arms, found, verdicts, projection)
+    body = report.as_json(cfg, sft, arms, found, verdicts, projection, evidence)
     prefix = f"{parent.run_prefix}/report"
     with tempfile.TemporaryDirectory(prefix="essaflow-report-") as tmp:
         d = Path(tmp)

@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
-
 from prefect import get_run_logger, task
 from prefect.artifacts import create_table_artifact
 
 from essaflow import tracking
 from essaflow.artifacts import fetch_dir, publish_eval, read_dataset
 from essaflow.config import DataConfig, EvalConfig, ModelConfig, SamplingConfig
-from essaflow.generation.prompt_format import PromptFormat
 from essaflow.refs import AdapterRef, DatasetRef, EvalRef, RunRef
 from essaflow.storage import open_store
 from essaflow.timing import Timer
+from essaflow.training.registered import evaluate_version
 from essaflow.training.warm_start import evaluate_adapter, evaluate_output
 from tasks.retry import retry_policy
 from tasks.run import record_stage, tracked
@@ -84,23 +81,12 @@ def evaluate_registered(
     """pass@k of `models:/<name>@<alias>` with our protocol; report in runs/<id>/eval/<name>-<alias>/."""
     timer = Timer()
     label = f"{model_name}-{alias}"
-    with timer.part("tracking"), tempfile.TemporaryDirectory(prefix="essaflow-registered-") as tmp:
+    with timer.part("tracking"):
         version = tracking.client(run.tracking_uri).get_model_version_by_alias(model_name, alias)
-        files = tracking.download_registered(run.tracking_uri, model_name, str(version.version), Path(tmp))
-        with timer.part("storage"):
-            splits = read_dataset(dataset)
-        mc = files["model_config"]
-        model_cfg = ModelConfig(
-            name_or_path=files["artifacts"].get("base", mc.get("base_model")),
-            revision=None if "base" in files["artifacts"] else mc.get("revision"),
-            dtype=mc.get("dtype", "float32"),
-            trust_remote_code=bool(mc.get("trust_remote_code", False)),
-        )
-        # the prompt formatting the version stores (how it was trained), as its predict applies it
-        fmt = PromptFormat(chat_template=mc.get("chat_template", "auto"), system_prompt=mc.get("system_prompt") or None)
-        with timer.part("compute"):
-            adapter_dir = Path(files["artifacts"]["adapter"])
-            report = evaluate_adapter(model_cfg, adapter_dir, splits.eval, eval_cfg, sampling, fmt)
+    with timer.part("storage"):
+        splits = read_dataset(dataset)
+    with timer.part("compute"):  # the download included: the version's prompt formatting, as its predict applies it
+        report = evaluate_version(run.tracking_uri, model_name, str(version.version), splits.eval, eval_cfg, sampling)
     with timer.part("storage"):
         ref = publish_eval(open_store(run.storage_uri), run, label, report, _protocol(eval_cfg, sampling))
     with timer.part("tracking"):

@@ -236,6 +236,7 @@ def close_run(
         model_version=model.version,
         aliases=model.aliases,
         decision=model.decision,
+        gate=model.gate,
         tracking_uri=tracking.safe_uri(run.tracking_uri),
         storage_uri=run.storage_uri,
         mlflow_run_id=run.mlflow_run_id,

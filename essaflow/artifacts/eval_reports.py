@@ -22,7 +22,8 @@ def publish_eval(store: ArtifactStore, run: RunRef, label: str, report: EvalRepo
     with tempfile.TemporaryDirectory(prefix="essaflow-eval-") as tmp:
         d = Path(tmp)
         body = {"label": label, **json.loads(report.to_json()), "protocol": protocol}
-        body.pop("correct_counts"), body.pop("problem_ids"), body.pop("samples")
+        for per_problem in ("correct_counts", "greedy_correct", "problem_ids", "samples"):
+            body.pop(per_problem)
         (d / "passk.json").write_text(json.dumps(body, indent=2, sort_keys=True))
         lines = [json.dumps(row, ensure_ascii=False) for row in sample_lines(report)]
         with open(d / "samples.jsonl.gz", "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz:
@@ -57,15 +58,23 @@ def read_eval_report(ref: EvalRef) -> EvalReport:
         truncated_share=body.get("truncated_share", 0.0),
         greedy_truncated_share=body.get("greedy_truncated_share", 0.0),
         max_new_tokens=body.get("max_new_tokens", 0),
-        samples=[{k: v for k, v in r.items() if k not in ("n", "correct")} for r in rows if "completions" in r],
+        greedy_correct=[r["greedy_correct"] for r in rows] if all("greedy_correct" in r for r in rows) else [],
+        samples=[
+            {k: v for k, v in r.items() if k not in ("n", "correct", "greedy_correct")}
+            for r in rows
+            if "completions" in r
+        ],
     )
 
 
 def sample_lines(report: EvalReport) -> list[dict]:
-    """One line per problem: id, n, correct (the counts pass@k came from), and, where the report kept them, the
-    prompt, reference, greedy completion and sampled completions with reward and truncation."""
+    """One line per problem: id, n, correct (the counts pass@k came from), greedy_correct (0/1) where measured,
+    and, where the report kept them, the prompt, reference, greedy completion and sampled completions with reward
+    and truncation."""
     kept = {row["id"]: row for row in report.samples}
+    greedy = report.greedy_correct if len(report.greedy_correct) == len(report.problem_ids) else None
     return [
-        {"id": pid, "n": report.samples_per_problem, "correct": c, **kept.get(pid, {})}
-        for pid, c in zip(report.problem_ids, report.correct_counts)
-    ]
+        {"id": pid, "n": report.samples_per_problem, "correct": c,
+         **({"greedy_correct": greedy[i]} if greedy is not None else {}), **kept.get(pid, {})}
+        for i, (pid, c) in enumerate(zip(report.problem_ids, report.correct_counts))
+    ]  # fmt: skip

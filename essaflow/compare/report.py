@@ -7,6 +7,7 @@ from typing import Any
 
 from essaflow.compare.config import CompareConfig
 from essaflow.compare.results import HEADLINE_KS, ArmResult, Claim, method_table
+from essaflow.judging.gate import GateEvidence
 
 FIGURES = {
     "passk.png": "pass@k for k = 1..n per method (mean over seeds, band min-max; SFT start dashed)",
@@ -91,6 +92,11 @@ def render(
         "",
         "## The promotion gate per method",
         "",
+        "The registry's rule (docs/compare.md, 'The promotion gate'), each run against the SFT start on the same "
+        f"problems: a mean paired gain on {t.promotion_metric} of at least {t.registry.min_delta:g}, its "
+        f"{t.registry.confidence:g} paired bootstrap interval above 0, no guard metric "
+        f"({', '.join(t.registry.guard_metrics)}) down by more than {t.registry.guard_max_drop:g}.",
+        "",
         *[f"- **{m}**: {v}" for m, v in verdicts.items()],
         "",
         "## The papers' claims on this task",
@@ -138,9 +144,10 @@ def _run_line(run: dict[str, Any]) -> str:
 
 def as_json(
     cfg: CompareConfig, sft: dict[str, float], arms: list[ArmResult], claims: list[Claim],
-    verdicts: dict[str, str], projection: dict[str, Any],
+    verdicts: dict[str, str], projection: dict[str, Any], evidence: dict[str, list[GateEvidence]] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    """The report's data (comparison.json, and the JSON line's body)."""
+    """The report's data (comparison.json, and the JSON line's body); `gate_evidence`: per method, each seed's
+    paired gate evidence against the SFT start."""
     return {
         "compare": cfg.name,
         "budget_s": cfg.budget_s,
@@ -150,6 +157,7 @@ def as_json(
         "runs": [a.row() for a in arms],
         "methods": method_table(arms),
         "gate": verdicts,
+        "gate_evidence": {m: [e.to_dict() for e in ev] for m, ev in (evidence or {}).items()},
         "claims": [asdict(c) for c in claims],
         "projection": {k: v for k, v in projection.items() if k != "tables"},
     }

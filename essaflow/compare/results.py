@@ -7,11 +7,15 @@ from the runs, with its spread, and says "not measured" when the methods it need
 
 from __future__ import annotations
 
+import hashlib
 import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
+
+from essaflow.judging.evaluation import EvalReport
+from essaflow.judging.gate import GateConfig, GateEvidence, decide
 
 #: pass@k values the JSON line and the tables carry (those <= n)
 HEADLINE_KS = (1, 4, 16, 64, 256)
@@ -70,6 +74,18 @@ class ArmResult:
     fitness_kind: str = ""
     mlflow_run_id: str = ""
     run_id: str = ""
+    problem_ids: list[str] = field(default_factory=list, repr=False)
+    """The held-out problems, in the order of the per-problem lists below."""
+    correct_counts: list[int] = field(default_factory=list, repr=False)
+    """Correct completions out of n per problem (what the promotion gate pairs)."""
+    greedy_correct: list[int] = field(default_factory=list, repr=False)
+    """1 where the greedy decode was correct, per problem."""
+
+    def report(self) -> EvalReport:
+        """The per-problem outcomes as an evaluation report (for the promotion gate)."""
+        n = len(self.pass_curve)
+        return EvalReport(len(self.problem_ids), n, self.summary["greedy"], {}, self.correct_counts,
+                          self.problem_ids, greedy_correct=self.greedy_correct)  # fmt: skip
 
     def headline(self) -> dict[str, float]:
         """pass@k at HEADLINE_KS (<= n) and greedy."""
@@ -206,16 +222,31 @@ def claims(arms: list[ArmResult], sft: dict[str, float], n: int) -> list[Claim]:
     return out
 
 
-def gate_verdicts(arms: list[ArmResult], sft: dict[str, float], metric: str) -> dict[str, str]:
-    """The promotion gate's verdict per method against the SFT start (the registry's rule, essaflow/tracking/runs.py
-    `promote`: a version is champion only if it beats the current one on `metric`), seed by seed."""
+def gate_evidence(
+    arms: list[ArmResult], sft: EvalReport, metric: str, ks: list[int], cfg: GateConfig, protocol: str
+) -> dict[str, list[GateEvidence]]:
+    """The promotion gate (essaflow/judging/gate.py, the registry's rule) per method and seed: each run as the
+    challenger, the SFT start as the champion, paired on the same held-out problems under the same protocol."""
+    problems = hashlib.sha256("\n".join(sorted(sft.problem_ids)).encode()).hexdigest()[:16]
+    return {method: [decide(r.report(), sft, metric, ks, cfg, protocol, problems, "sft", "the SFT start")
+                     for r in runs] for method, runs in by_method(arms).items()}  # fmt: skip
+
+
+def gate_verdicts(evidence: dict[str, list[GateEvidence]], arms: list[ArmResult]) -> dict[str, str]:
+    """Per method: "would promote" (every seed a paired win), "would not promote" (none) or "mixed", with each
+    seed's paired difference and interval."""
     out = {}
     for method, runs in by_method(arms).items():
-        beats = [r.seed for r in runs if r.summary[metric] > sft[metric]]
-        mean = statistics.fmean(r.summary[metric] for r in runs)
-        verdict = "would promote" if len(beats) == len(runs) else "would not promote" if not beats else "mixed"
+        ev = evidence[method]
+        wins = sum(e.promotes for e in ev)
+        verdict = "would promote" if wins == len(ev) else "would not promote" if not wins else "mixed"
+        e0 = ev[0]
+        mean = statistics.fmean(e.challenger for e in ev)
+        seeds = "; ".join(f"seed {r.seed}: {e.diff:+.4f} [{e.ci_low:+.4f}, {e.ci_high:+.4f}] {e.verdict}"
+                          for r, e in zip(runs, ev))  # fmt: skip
         out[method] = (
-            f"{verdict}: {metric} {mean:.4f} (mean of {len(runs)}) vs SFT start {sft[metric]:.4f}; "
-            f"beats it on {len(beats)}/{len(runs)} seeds"
+            f"{verdict}: {e0.metric} {mean:.4f} (mean of {len(ev)}) vs SFT start {e0.champion:.4f} on "
+            f"{e0.n_problems} problems; a paired win on {wins}/{len(ev)} seeds (gain >= {e0.min_delta:g}, "
+            f"{e0.confidence:g} interval above 0, guards; {seeds})"
         )
     return out

@@ -90,6 +90,8 @@ class EvalReport:
     """The same for the greedy decodes."""
     max_new_tokens: int = 0
     """The cap those shares refer to."""
+    greedy_correct: list[int] = field(default_factory=list, repr=False)
+    """Per problem (in problem_ids order): 1 when the greedy decode was correct (the promotion gate pairs them)."""
     samples: list[dict] = field(default_factory=list, repr=False)
     """Per problem: id, prompt, reference, greedy completion and up to eval.samples_saved_per_problem sampled
     ones, each with its reward and whether it was truncated (what samples.jsonl.gz holds)."""
@@ -194,6 +196,7 @@ def evaluate(
         truncated_share=round(share, 4),
         greedy_truncated_share=round(greedy.truncated_share(), 4),
         max_new_tokens=cap,
+        greedy_correct=[int(g >= 1.0) for g in g_scores],
         samples=_sample_rows(problems, greedy, sampled, scores, g_scores, eval_cfg.samples_saved_per_problem),
     )
 

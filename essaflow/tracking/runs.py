@@ -9,8 +9,9 @@
   `mlflow.pyfunc.load_model("models:/<name>@champion").predict(["12+7="])` returns completions anywhere.
 - Registration is idempotent: the model version carries the pipeline run id as a tag and is looked up first, so a
   retried register stage makes no second version.
-- Promotion gate: alias `champion` moves to the new version only if it beats the current champion on the
-  configured metric (strictly); otherwise the new version gets `challenger`.
+- Promotion gate: alias `champion` moves to the new version only on the gate's paired evidence against the
+  current champion, both scored on the same problems under the same protocol (`tracking/promotion.py`,
+  `judging/gate.py`); otherwise the new version gets `challenger`.
 
 An unreachable tracking server is reported by `check_tracking` in a few seconds, naming the URI, before any
 compute starts. This module never imports prefect. (About 400 lines: runs, model logging and the registry gate
@@ -31,7 +32,9 @@ from urllib.parse import urlsplit
 
 from essaflow.config import DataConfig, ModelConfig, PipelineConfig, SamplingConfig
 from essaflow.judging.evaluation import EvalReport, plot_pass_at_k
+from essaflow.judging.gate import GateEvidence
 from essaflow.secrets import is_secret, safe_uri, scrub  # safe_uri, scrub: also imported from here (cli, tasks)
+from essaflow.tracking.promotion import CHALLENGER, CHAMPION, promote, record_evidence  # noqa: F401
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +43,6 @@ FAILURE_TAG = "essaflow.failure"  # why a failed run failed (stage: error), remo
 PYFUNC_SOURCE = Path(__file__).with_name("pyfunc_model.py")
 # imported by the pyfunc model (stdlib only)
 PROMPT_FORMAT_SOURCE = Path(__file__).parents[1] / "generation" / "prompt_format.py"
-CHAMPION, CHALLENGER = "champion", "challenger"
 #: A local base checkpoint at most this large is copied into the registered model, so it loads anywhere.
 EMBED_BASE_MAX_BYTES = 512 * 1024 * 1024
 
@@ -366,8 +368,10 @@ def register_adapter(
     metric: str,
     score: float,
     data: DataConfig | None = None,
+    evidence: GateEvidence | None = None,
 ) -> Registration:
-    """Register the adapter once per pipeline run, then apply the promotion gate on `metric`.
+    """Register the adapter once per pipeline run, then apply the promotion gate's `evidence` (None: only a first
+    version becomes champion) and record it on the version (tags, gate/evidence.json in the run).
 
     `data` is the run's data config: the registered model stores its prompt formatting (see log_adapter_model)."""
     from mlflow.exceptions import MlflowException
@@ -394,43 +398,11 @@ def register_adapter(
         log.info(
             "%s version %s already registered by run %s; not registering again", name, version.version, pipeline_run_id
         )
-    aliases, decision = promote(c, name, str(version.version), metric, score)
+    aliases, decision = promote(c, name, str(version.version), metric, score, evidence)
     c.set_model_version_tag(name, str(version.version), "promotion", decision)
+    if evidence is not None and decision != f"already {CHAMPION}":  # a retry after the alias moved keeps its evidence
+        record_evidence(c, name, str(version.version), run.run_id, evidence, decision)
     return Registration(name, str(version.version), aliases, decision)
-
-
-def promote(c, name: str, version: str, metric: str, score: float) -> tuple[list[str], str]:
-    """Move `champion` to `version` only if it beats the current champion on `metric`; else tag `challenger`."""
-    from mlflow.exceptions import MlflowException
-
-    try:
-        champ = c.get_model_version_by_alias(name, CHAMPION)
-    except MlflowException:
-        champ = None
-    if champ is not None and str(champ.version) == version:
-        return sorted(champ.aliases or [CHAMPION]), f"already {CHAMPION}"
-    champ_score = None
-    if champ is not None:
-        raw = (champ.tags or {}).get(f"metric.{metric_key(metric)}")
-        champ_score = float(raw) if raw not in (None, "") else None
-    if champ is None or champ_score is None or score > champ_score:
-        c.set_registered_model_alias(name, CHAMPION, version)
-        was = "no champion" if champ is None else f"v{champ.version} had {metric}={champ_score}"
-        decision = f"{CHAMPION}: {metric}={score:.4f} ({was})"
-        if _alias_version(c, name, CHALLENGER) == version:
-            c.delete_registered_model_alias(name, CHALLENGER)
-        return [CHAMPION], decision
-    c.set_registered_model_alias(name, CHALLENGER, version)
-    return [CHALLENGER], f"{CHALLENGER}: {metric}={score:.4f} does not beat v{champ.version} ({champ_score:.4f})"
-
-
-def _alias_version(c, name: str, alias: str) -> str | None:
-    from mlflow.exceptions import MlflowException
-
-    try:
-        return str(c.get_model_version_by_alias(name, alias).version)
-    except MlflowException:
-        return None
 
 
 def download_registered(tracking_uri: str, name: str, version: str, dst: Path) -> dict[str, Any]:

@@ -130,6 +130,10 @@ def test_report_in_the_bucket_has_every_run_and_the_projection(compare_run, pipe
     assert paper["speedup_16"] == pytest.approx(2.0, abs=0.1) and paper["speedup_128"] == pytest.approx(6.0, abs=0.3)
     assert "iteration_speedup_16" in body["projection"]["run"]  # from the runs' own costs
     assert set(body["gate"]) == {m["name"] for m in METHODS}
+    # the registry's paired rule, seed by seed, against the SFT start on the same 16 problems
+    for method, evidence in body["gate_evidence"].items():
+        assert len(evidence) == 2 and all(e["n_problems"] == 16 and e["champion_version"] == "sft" for e in evidence)
+        assert body["gate"][method].startswith(("would promote", "would not promote", "mixed"))
 
 
 def test_each_child_run_records_the_figures_the_report_shows_for_it(compare_run, mlflow_runs, pipeline_stack):

@@ -10,10 +10,19 @@ from pathlib import Path
 import pytest
 
 from essaflow.compare import CompareConfig, load_compare_config, plots, report
-from essaflow.compare.results import ArmResult, accuracy_curve, claims, gate_verdicts, method_table, pass_at_k_curve
+from essaflow.compare.results import (
+    ArmResult,
+    accuracy_curve,
+    claims,
+    gate_evidence,
+    gate_verdicts,
+    method_table,
+    pass_at_k_curve,
+)
 from essaflow.compare.scaling import compare_projection
 from essaflow.config_base import ConfigError
-from essaflow.judging.evaluation import pass_at_k
+from essaflow.judging.evaluation import EvalReport, pass_at_k
+from essaflow.judging.gate import GateConfig
 
 REPO = Path(__file__).resolve().parents[2]
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -126,10 +135,37 @@ def test_claims_are_computed_from_the_runs_with_their_spread():
     assert len(no_grpo) == 1 and "not measured" in no_grpo[0].finding
 
 
-def test_gate_verdicts_follow_the_registry_rule_seed_by_seed():
-    verdicts = gate_verdicts(ARMS, {"pass@1": 0.545}, "pass@1")
-    assert verdicts["grpo"].startswith("would promote") and verdicts["essa"].startswith("would not promote")
-    assert verdicts["fgrpo-g1"].startswith("mixed") and "1/2 seeds" in verdicts["fgrpo-g1"]
+def _measured(method: str, seed: int, counts: list[int], greedy: list[int], n: int = 256) -> ArmResult:
+    """A run with per-problem outcomes on 128 problems (n samples each)."""
+    curve = pass_at_k_curve(counts, n)
+    arm = _arm(method, method, seed, curve[0], curve[-1], greedy=sum(greedy) / len(greedy), n=n)
+    ids = [f"q{i}" for i in range(len(counts))]
+    return dataclasses.replace(arm, problem_ids=ids, correct_counts=counts, greedy_correct=greedy)
+
+
+def test_gate_verdicts_apply_the_registrys_paired_rule_seed_by_seed():
+    rng = random.Random(7)
+    rates = [rng.uniform(0.05, 0.6) for _ in range(128)]
+
+    def draw(lift: float) -> list[int]:  # fresh samples of a model whose per-problem rates are lifted by `lift`
+        return [sum(rng.random() < min(1.0, p + lift) for _ in range(256)) for p in rates]
+
+    greedy = [int(p > 0.3) for p in rates]
+    sft_counts = draw(0.0)
+    sft = EvalReport(128, 256, sum(greedy) / 128, {}, sft_counts, [f"q{i}" for i in range(128)],
+                     greedy_correct=greedy)  # fmt: skip
+    arms = [
+        *[_measured("essa", s, draw(0.003), greedy) for s in range(3)],  # +0.3 points: within noise
+        *[_measured("grpo", s, draw(0.05), greedy) for s in range(3)],  # +5 points: a clear win
+        _measured("fgrpo", 0, draw(0.05), greedy), _measured("fgrpo", 1, draw(0.0), greedy),
+    ]  # fmt: skip
+    evidence = gate_evidence(arms, sft, "pass@1", [1, 4, 16], GateConfig(), "proto")
+    verdicts = gate_verdicts(evidence, arms)
+    assert all(abs(e.diff) < 0.01 and e.ci_low < 0 < e.ci_high and not e.promotes for e in evidence["essa"])
+    assert verdicts["essa"].startswith("would not promote") and "0/3 seeds" in verdicts["essa"]
+    assert verdicts["grpo"].startswith("would promote") and "128 problems" in verdicts["grpo"]
+    assert verdicts["fgrpo"].startswith("mixed") and "1/2 seeds" in verdicts["fgrpo"]
+    assert all(e.champion == pytest.approx(sum(sft_counts) / 128 / 256) for e in evidence["grpo"])
 
 
 def test_method_table_spreads_every_figure_over_seeds():
@@ -145,7 +181,8 @@ def test_report_page_and_figures(tmp_path):
                task={"eval": {"samples_per_problem": 16, "ks": [1, 4, 16]}})  # fmt: skip
     projection = compare_projection(None, None, 50.0, [1, 16, 128])
     assert projection["paper"]["speedup_16"] == pytest.approx(2.0, abs=0.05) and "gap" in projection["run"]
-    page = report.render(cfg, SFT, ARMS, claims(ARMS, SFT, 16), gate_verdicts(ARMS, SFT, "pass@1"), projection,
+    verdicts = {"essa": "would not promote: (the gate's sentence)"}
+    page = report.render(cfg, SFT, ARMS, claims(ARMS, SFT, 16), verdicts, projection,
                          {"mlflow": "run `p`", "passk.png": "http://x/passk.png"})  # fmt: skip
     assert "| grpo | GRPO | 0.560 ± 0.014 [0.550-0.570]" in page
     assert "ESSA(es, accuracy)" in page and "black-box reward" in page and "not a measurement" in page
