@@ -12,7 +12,7 @@ from prefect import flow
 
 from essaflow.config import PipelineConfig
 from essaflow.refs import PipelineResult
-from flows.parameters import ESSAPipelineConfig, FGRPOPipelineConfig
+from flows.parameters import ESSAPipelineConfig, FGRPOPipelineConfig, without_uri_passwords
 from tasks.data import prepare_dataset
 from tasks.evaluation import evaluate
 from tasks.model import build_base_model
@@ -30,6 +30,7 @@ def finetune(config: PipelineConfig = PipelineConfig(), resume: str | None = Non
         resume: Continue a failed run from its newest checkpoint: its run id, or "last" (the newest failed run of
             this pipeline). Refused if the config differs in a field the run's trajectory depends on.
     """
+    config = without_uri_passwords(config)  # none in what Prefect stores, the run's record or MLflow
     run = open_run(config, resume)  # the run's record: the whole config; storage and MLflow checked before compute
     dataset = prepare_dataset(config.data, run.storage_uri)
     base = build_base_model(config.model)

@@ -8,6 +8,7 @@ from typing import Any
 from prefect import flow
 
 from essaflow.retention import RetentionConfig
+from flows.parameters import without_uri_passwords
 from tasks.gc import delete, plan
 
 
@@ -19,7 +20,7 @@ def gc(retention: RetentionConfig = RetentionConfig(), dry_run: bool = False) ->
         retention: How many runs of each pipeline to keep, in which store, against which registry.
         dry_run: List what would go and how many bytes, delete nothing.
     """
-    gc_plan = plan(retention)
+    gc_plan = plan(without_uri_passwords(retention))
     freed = 0 if dry_run else delete(gc_plan)
     return {**gc_plan.model_dump(), "dry_run": dry_run, "bytes": gc_plan.bytes, "bytes_freed": freed}
 

@@ -6,6 +6,7 @@ from pydantic import Field
 
 from essaflow.config import PipelineConfig
 from essaflow.config_base import StrictConfig
+from essaflow.secrets import NO_PASSWORD_IN_FORM
 
 
 class RetentionConfig(StrictConfig):
@@ -17,6 +18,7 @@ class RetentionConfig(StrictConfig):
     all of it goes when no version references it (a failed run, or a version deleted from the registry)."""
     storage_uri: str = PipelineConfig().storage_uri
     """Artifact root to clean (file:// or s3://); the default yields to ESSAFLOW_STORAGE_URI, as a pipeline's does."""
-    tracking_uri: str | None = None
+    tracking_uri: str | None = Field(None, json_schema_extra=NO_PASSWORD_IN_FORM)
     """MLflow tracking URI whose model registry says what must be kept; None uses MLFLOW_TRACKING_URI or the local
-    sqlite file. gc deletes nothing when the registry cannot be read."""
+    sqlite file. gc deletes nothing when the registry cannot be read. No password here in the deployment's form
+    (refused; the worker's MLFLOW_TRACKING_URI holds it)."""
