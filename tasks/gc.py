@@ -7,7 +7,7 @@ from prefect.artifacts import create_table_artifact
 
 from essaflow import tracking
 from essaflow.artifacts import storage_uri_for
-from essaflow.retention import GCPlan, RetentionConfig, plan_gc, registered_references, sweep
+from essaflow.retention import GCPlan, RetentionConfig, plan_gc, registered_references, sweep, tracked_runs
 from essaflow.storage import open_store
 from tasks.retry import retry_policy
 
@@ -20,7 +20,7 @@ def plan(retention: RetentionConfig) -> GCPlan:
     tracking.check_tracking(tracking_uri)
     versions = registered_references(tracking_uri)
     store = open_store(storage_uri_for(retention.storage_uri))
-    result = plan_gc(store, versions, retention.keep_runs)
+    result = plan_gc(store, versions, retention.keep_runs, tracked_runs(tracking_uri))
     rows = [{"action": "delete", **e.model_dump()} for e in result.delete]
     rows += [{"action": "keep", **e.model_dump()} for e in result.keep]
     create_table_artifact(rows, key="gc-plan", description=f"gc of {result.storage_uri}: {result.bytes} bytes")

@@ -3,7 +3,16 @@ the rest's checkpoints and caches (docs/retention.md). This package never import
 
 from essaflow.retention.config import RetentionConfig
 from essaflow.retention.plan import Entry, GCPlan, plan_gc
-from essaflow.retention.references import VersionRefs, registered_references
+from essaflow.retention.references import VersionRefs, registered_references, tracked_runs
 from essaflow.retention.sweep import sweep
 
-__all__ = ["Entry", "GCPlan", "RetentionConfig", "VersionRefs", "plan_gc", "registered_references", "sweep"]
+__all__ = [
+    "Entry",
+    "GCPlan",
+    "RetentionConfig",
+    "VersionRefs",
+    "plan_gc",
+    "registered_references",
+    "sweep",
+    "tracked_runs",
+]

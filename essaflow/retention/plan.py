@@ -4,7 +4,8 @@ The store's layout (essaflow/artifacts/__init__.py) has three kinds of things gc
 
 - `runs/<run_id>/`: the newest `keep_runs` runs of each pipeline stay whole. An older run that a registered version
   references keeps its lineage (record, eval reports, adapter, metrics) and loses its checkpoints (training state,
-  only for resuming a run that is over); an older run no version references goes whole.
+  only for resuming a run that is over); an older run no version references goes whole, if the registry's
+  tracking server knows it (else it may be registered elsewhere: it is kept as a registered one is).
 - `datasets/<name>/<hash>/`: a cache; it stays while a registered version references it or a kept run's data
   config produced it (its info.json), else it goes (a later run with that config publishes it again).
 - `adapters/sft/<key>/`: a cache; it stays while a registered version references it or a kept run's SFT start
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from pydantic import BaseModel
 
@@ -60,9 +61,12 @@ class _Run(BaseModel):
     config: dict
 
 
-def plan_gc(store: ArtifactStore, versions: Iterable[VersionRefs], keep_runs: int) -> GCPlan:
-    """The plan for `store` given the registry's references (read those first: see references.py)."""
-    planner = _Planner(store, list(versions), keep_runs)
+def plan_gc(
+    store: ArtifactStore, versions: Iterable[VersionRefs], keep_runs: int, is_tracked: Callable[[str], bool]
+) -> GCPlan:
+    """The plan for `store` given the registry's references (read those first: see references.py) and whether the
+    registry's tracking server knows a run (`is_tracked(run_id)`; references.tracked_runs)."""
+    planner = _Planner(store, list(versions), keep_runs, is_tracked)
     kept_runs = planner.runs()
     planner.datasets(kept_runs)
     planner.sft_adapters(kept_runs)
@@ -70,8 +74,10 @@ def plan_gc(store: ArtifactStore, versions: Iterable[VersionRefs], keep_runs: in
 
 
 class _Planner:
-    def __init__(self, store: ArtifactStore, versions: list[VersionRefs], keep_runs: int):
-        self.store, self.keep_runs = store, keep_runs
+    def __init__(
+        self, store: ArtifactStore, versions: list[VersionRefs], keep_runs: int, is_tracked: Callable[[str], bool]
+    ):
+        self.store, self.keep_runs, self.is_tracked = store, keep_runs, is_tracked
         self.sizes = store.sizes("")
         self.registered = {v.run_id: v.version for v in versions if v.run_id}
         self.referenced = _referenced_keys(store, versions)
@@ -110,10 +116,13 @@ class _Planner:
         prefix, older = f"runs/{run.run_id}", f"older than the last {self.keep_runs}"
         version = self.registered.get(run.run_id)
         if version is None and self.reference_in(prefix) is None:
-            self.add(self.plan.delete, prefix, f"run of {run.name} {older}, no registered version")
-            return False
+            if self.is_tracked(run.run_id):
+                self.add(self.plan.delete, prefix, f"run of {run.name} {older}, no registered version")
+                return False
+            needs = "not tracked by this registry's server, so whether a version needs it is unknown: kept"
+        else:
+            needs = f"{version or 'a registered version'} needs it"
         checkpoints = f"{prefix}/{CHECKPOINTS}"
-        needs = f"{version or 'a registered version'} needs it"
         if self.reference_in(checkpoints):
             self.add(self.plan.keep, prefix, needs)
         else:

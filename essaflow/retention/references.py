@@ -9,6 +9,7 @@ reading the registry propagates: gc then deletes nothing (fail closed).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from essaflow.tracking import RUN_TAG
@@ -47,6 +48,21 @@ def registered_references(tracking_uri: str) -> list[VersionRefs]:
         token = page.token
         if not token:
             return out
+
+
+def tracked_runs(tracking_uri: str) -> Callable[[str], bool]:
+    """Whether the tracking server at `tracking_uri` has the MLflow run of a pipeline run (any state, deleted ones
+    too). A run it does not know may be registered in another registry: gc keeps its lineage then (fail closed)."""
+    from mlflow.entities import ViewType
+
+    c = client(tracking_uri)
+    experiments = [e.experiment_id for e in c.search_experiments(view_type=ViewType.ALL)]
+
+    def known(run_id: str) -> bool:
+        flt = f"tags.`{RUN_TAG}` = '{run_id}'"
+        return bool(experiments and c.search_runs(experiments, flt, run_view_type=ViewType.ALL, max_results=1))
+
+    return known
 
 
 def _run_id_of(run_uri: str) -> str | None:

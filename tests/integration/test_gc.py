@@ -1,4 +1,4 @@
-"""`essaflow gc` on SeaweedFS with a real MLflow registry and Prefect server: after a crashed run and two completed
+"""`essaflow gc` on SeaweedFS with a real MLflow registry and Prefect server: after a killed run and two completed
 fine-tunes of one pipeline, a gc keeping the last run deletes the crashed run, the older run's checkpoints and the
 caches nothing uses; the dry run (through the CLI) lists exactly what the real one deletes, and every registered
 version still loads and predicts. A registry that cannot be read deletes nothing."""
@@ -14,6 +14,7 @@ import uuid
 import pytest
 
 from devstack import free_port
+from essaflow import tracking
 from essaflow.artifacts import dataset_name, publish_dataset, publish_dir, sync_checkpoint
 from essaflow.config import parse_config
 from essaflow.refs import RunRef
@@ -35,10 +36,11 @@ def _ray_disconnect_after():
         ray.shutdown()
 
 
-def _crashed_run(store, cfg, tmp_path) -> str:
-    """What a run killed during training leaves: its record and a checkpoint, no MLflow version."""
+def _crashed_run(store, cfg, tracking_uri: str, tmp_path) -> str:
+    """What a run killed during training leaves: its record, a checkpoint, its MLflow run RUNNING, no version."""
     run_id = uuid.uuid4().hex
     record_run(store, run_id, cfg)
+    tracking.open_run(cfg, tracking_uri, run_id, {})
     ckpt = tmp_path / "1"
     ckpt.mkdir()
     (ckpt / "state.bin").write_bytes(os.urandom(200_000))
@@ -78,7 +80,7 @@ def test_gc_frees_old_runs_and_unused_caches_and_every_registered_version_still_
     storage_uri = f"{stack_in_process.storage_uri}/{name}"  # a store of its own: gc sees this test's runs only
     cfg = parse_config(tiny(name=name, storage_uri=storage_uri))
     store = open_store(storage_uri)
-    crashed = _crashed_run(store, cfg, tmp_path)
+    crashed = _crashed_run(store, cfg, stack_in_process.mlflow.url, tmp_path)
     unused = _unused_caches(store, cfg, tmp_path)
     older, newest = finetune(cfg), finetune(cfg)
     before = store.sizes("")

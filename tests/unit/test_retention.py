@@ -1,7 +1,8 @@
 """What gc plans on a file:// store, without servers: the last N runs of each pipeline stay whole, an older run
 goes whole unless a registered version references it (then only its checkpoints go, unless the version references
 them too), and what gc cannot read is kept (a run without a record, a dataset without info.json, every SFT adapter
-when a kept run's SFT start cannot be worked out). The sweep frees what the plan says. (The same plan on S3 against
+when a kept run's SFT start cannot be worked out, the lineage of a run the registry's server does not know). The
+sweep frees what the plan says. (The same plan on S3 against
 a real registry: tests/integration/test_gc.py.)"""
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def test_the_last_runs_stay_an_unregistered_older_run_goes_a_registered_one_lose
     a1, a2, a3, a4 = (_run(store, "a", tmp_path) for _ in range(4))
     b1 = _run(store, "b", tmp_path)
     registered = [VersionRefs("a v1", a2, (store.url(f"runs/{a2}/adapter"),))]
-    plan = plan_gc(store, registered, keep_runs=2)
+    plan = plan_gc(store, registered, keep_runs=2, is_tracked=lambda run_id: True)
     assert _deleted(plan) == {f"runs/{a1}", f"runs/{a2}/checkpoints"}
     kept = {e.prefix: e.why for e in plan.keep}
     assert {f"runs/{a3}", f"runs/{a4}", f"runs/{b1}", f"runs/{a2}"} <= set(kept)
@@ -66,9 +67,17 @@ def test_the_last_runs_stay_an_unregistered_older_run_goes_a_registered_one_lose
 def test_a_version_referencing_a_checkpoint_keeps_it(store, tmp_path):
     old, _new = _run(store, "a", tmp_path), _run(store, "a", tmp_path)
     version = VersionRefs("a v1", None, (store.url(f"runs/{old}/checkpoints/1"),))
-    plan = plan_gc(store, [version], keep_runs=1)
+    plan = plan_gc(store, [version], keep_runs=1, is_tracked=lambda run_id: True)
     assert _deleted(plan) == set()
     assert {e.prefix: e.why for e in plan.keep}[f"runs/{old}"] == "a registered version needs it"
+
+
+def test_an_older_run_the_registry_server_does_not_know_keeps_its_lineage(store, tmp_path):
+    """gc pointed at another registry (or an empty one) sees no version of the run: it may be registered there."""
+    old, _new = _run(store, "a", tmp_path), _run(store, "a", tmp_path)
+    plan = plan_gc(store, [], keep_runs=1, is_tracked=lambda run_id: run_id != old)
+    assert _deleted(plan) == {f"runs/{old}/checkpoints"}
+    assert "not tracked by this registry's server" in {e.prefix: e.why for e in plan.keep}[f"runs/{old}"]
 
 
 def test_what_cannot_be_read_is_kept(store, tmp_path):
@@ -78,7 +87,7 @@ def test_what_cannot_be_read_is_kept(store, tmp_path):
     _put(store, "datasets/x/0123456789abcdef", tmp_path)  # no info.json: gc cannot tell what config made it
     _put(store, "adapters/sft/feedfacefeedface", tmp_path)  # the kept run's dataset is gone: its SFT key unknown
     _put(store, "mlflow/1/model", tmp_path)  # not the pipeline's layout: never touched
-    plan = plan_gc(store, [], keep_runs=1)
+    plan = plan_gc(store, [], keep_runs=1, is_tracked=lambda run_id: True)
     assert _deleted(plan) == set()
     kept = {e.prefix: e.why for e in plan.keep}
     assert "record unreadable" in kept[f"runs/{orphan}"]
