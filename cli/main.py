@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from cli import check, compare, deploy, jobs, pipeline, projection, stack
+from cli import check, compare, deploy, gc, jobs, pipeline, projection, stack
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 # Registered here, in the order `essaflow --help` lists them; each command lives in the module of its concern.
@@ -17,6 +17,7 @@ app.command()(jobs.grpo)
 app.command("check-config")(check.check_config)
 app.command("build-tiny")(jobs.build_tiny)
 app.command("project-scaling")(projection.project_scaling)
+app.command()(gc.gc)
 app.add_typer(stack.stack_app, name="stack")
 app.command()(deploy.deploy)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,7 +13,7 @@ import typer
 
 from cli.common import ConfigOpt, SetOpt, emit, fail, flow_logging, load, refuse, service_env
 from essaflow.config import PipelineConfig
-from essaflow.secrets import mask_passwords, url_has_password
+from essaflow.secrets import mask_passwords, uri_passwords_to_env
 
 ResumeOpt = Annotated[
     str | None,
@@ -70,21 +69,11 @@ def rerun_command(argv: list[str], set_: list[str] | None) -> list[str]:
     return ["essaflow", *argv, *(w for item in set_ or [] for w in ("--set", mask_passwords(item)))]
 
 
-#: the URI settings a run reads from the environment when the config leaves them None
-_URI_ENV = {"tracking_uri": "MLFLOW_TRACKING_URI", "ray_address": "RAY_ADDRESS"}
-
-
 def credentials_to_env(params: Any) -> Any:
     """`params` with each URI setting that carries a password moved into its environment variable (this process's,
     which the flow runs in), so the flow-run parameters Prefect stores hold no password; the run resolves the same
     URI from there (None in the config means the environment's)."""
-    moved = {}
-    for key, var in _URI_ENV.items():
-        value = getattr(params, key, None)
-        if isinstance(value, str) and url_has_password(value):
-            os.environ[var] = value
-            moved[key] = None
-    return params.model_copy(update=moved) if moved else params
+    return uri_passwords_to_env(params)
 
 
 def preflight(cfg: PipelineConfig) -> None:

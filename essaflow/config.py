@@ -31,7 +31,7 @@ from types import UnionType
 from typing import Any, Literal, Union, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from essaflow.cluster.config import ESSAWorkersConfig, GRPOWorkersConfig, RayWorkersConfig
 from essaflow.config_base import ConfigError, StrictConfig, changed_trajectory, trajectory_values
@@ -43,6 +43,7 @@ from essaflow.judging.evaluation import EvalConfig
 from essaflow.judging.gate import LARGEST_K, GateConfig
 from essaflow.judging.rewards import resolve_reward
 from essaflow.model.loading import BUILTIN_TINY, ModelConfig
+from essaflow.secrets import NO_PASSWORD_IN_FORM
 from essaflow.training.config import SFTConfig
 
 __all__ = [
@@ -78,9 +79,10 @@ class PipelineConfig(StrictConfig):
     """F-GRPO settings (method=fgrpo)."""
     storage_uri: str = "file://.essaflow/store"
     """Artifact root: file:// directory or s3://bucket/prefix."""
-    tracking_uri: str | None = None
-    """MLflow tracking URI; None uses MLFLOW_TRACKING_URI or a local sqlite file."""
-    ray_address: str | None = None
+    tracking_uri: str | None = Field(None, json_schema_extra=NO_PASSWORD_IN_FORM)
+    """MLflow tracking URI; None uses MLFLOW_TRACKING_URI or a local sqlite file. A deployment's form refuses one
+    with a password (the worker's MLFLOW_TRACKING_URI holds it); the CLI moves one into the environment."""
+    ray_address: str | None = Field(None, json_schema_extra=NO_PASSWORD_IN_FORM)
     """Ray cluster for training workers: the head's GCS host:port, or "local" for a new local Ray; None uses
     RAY_ADDRESS, else a local Ray. Token auth comes from RAY_AUTH_MODE / RAY_AUTH_TOKEN(_PATH), never from here."""
     adapter_uri: str | None = None

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from essaflow.config import DataConfig, ModelConfig
+from essaflow.config_base import ConfigError
 from essaflow.data import DataError, read_problems
 from essaflow.data.config import HeldOutSourceConfig
 from essaflow.storage.hub import is_hub_id
@@ -44,6 +45,14 @@ def check_model(model: ModelConfig) -> InputReport:
     report = InputReport()
     _check_model(model.name_or_path, report)
     return report
+
+
+def require_model(model: ModelConfig) -> None:
+    """ConfigError naming the path and what it lacks unless the model a config names looks loadable (check_model):
+    what a run checks first, wherever it was started (CLI, deployment, schedule)."""
+    problems = check_model(model).problems
+    if problems:
+        raise ConfigError("; ".join(problems))
 
 
 def _has_chat_template(checkpoint: Path) -> bool:

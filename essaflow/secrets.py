@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Mapping
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 MASK = "***"
@@ -21,6 +22,13 @@ _URL_USERINFO = re.compile(r"(\w+://)[^/@\s:]*:[^/@\s]+@")
 # the password part alone: the user stays readable (whose credential a command line or a config dump names)
 _URL_PASSWORD = re.compile(r"(\w+://[^/@\s:]*:)[^/@\s]+@")
 _MIN_MASKED_LEN = 4  # shorter values would mask ordinary words and digits all over the text
+
+#: JSON-schema keywords of a URI setting in a deployment's form: Prefect's server checks a flow run's parameters
+#: against the schema before it stores them, so a URI with a password is refused before it is stored (pydantic
+#: ignores these keywords: the CLI still takes such a URI and moves it to the environment, uri_passwords_to_env)
+NO_PASSWORD_IN_FORM = {"pattern": r"^(?![A-Za-z][A-Za-z0-9+.-]*://[^/@\s]*:[^/@\s]*@)"}
+#: the URI settings a run reads from the environment when they are None, and the variable each reads
+URI_ENV = {"tracking_uri": "MLFLOW_TRACKING_URI", "ray_address": "RAY_ADDRESS"}
 
 
 def url_has_password(value: str) -> bool:
@@ -57,6 +65,28 @@ def mask_url_password(url: str) -> str:
     parts = urlsplit(url)
     host = parts.netloc.rsplit("@", 1)[1]
     return parts._replace(netloc=f"{parts.username or ''}:{MASK}@{host}").geturl()
+
+
+def uri_passwords_to_env(params: Any) -> Any:
+    """`params` (a config model) with each URI setting that carries a password moved into its environment variable
+    (this process's, which the run reads it from: None means the environment's), so neither the parameters Prefect
+    stores nor the run's record hold the password."""
+    moved = {}
+    for key, var in URI_ENV.items():
+        value = getattr(params, key, None)
+        if isinstance(value, str) and url_has_password(value):
+            os.environ[var] = value
+            moved[key] = None
+    return params.model_copy(update=moved) if moved else params
+
+
+def mask_tree(tree: Any) -> Any:
+    """A JSON tree with mask_passwords applied to every string in it."""
+    if isinstance(tree, dict):
+        return {k: mask_tree(v) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [mask_tree(v) for v in tree]
+    return mask_passwords(tree) if isinstance(tree, str) else tree
 
 
 def mask_passwords(text: str) -> str:

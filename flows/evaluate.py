@@ -7,7 +7,7 @@ from prefect import flow
 from essaflow import tracking
 from essaflow.config import PipelineConfig
 from essaflow.refs import EvalRef
-from flows.parameters import EvaluateParams
+from flows.parameters import EvaluateParams, without_uri_passwords
 from tasks.data import prepare_dataset
 from tasks.evaluation import evaluate_registered
 from tasks.run import mark_failed, open_run, tracked
@@ -20,6 +20,7 @@ def evaluate_model(params: EvaluateParams = EvaluateParams()) -> EvalRef:
     Args:
         params: the model and alias, and configs/tiny.yaml's data, eval and sampling; what you change overrides them.
     """
+    params = without_uri_passwords(params)
     config = PipelineConfig(
         name=params.model_name,
         method="none",

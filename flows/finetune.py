@@ -13,7 +13,7 @@ from prefect import flow
 
 from essaflow.config import PipelineConfig
 from essaflow.refs import PipelineResult
-from flows.parameters import ESSAPipelineConfig, FGRPOPipelineConfig
+from flows.parameters import ESSAPipelineConfig, FGRPOPipelineConfig, without_uri_passwords
 from tasks.champion import evaluate_champion
 from tasks.data import prepare_dataset, record_dataset
 from tasks.evaluation import evaluate
@@ -32,6 +32,7 @@ def finetune(config: PipelineConfig = PipelineConfig(), resume: str | None = Non
         resume: Continue a failed run from its newest checkpoint: its run id, or "last" (the newest failed run of
             this pipeline). Refused if the config differs in a field the run's trajectory depends on.
     """
+    config = without_uri_passwords(config)  # none in what Prefect stores, the run's record or MLflow
     run = open_run(config, resume)  # the run's record: the whole config; storage and MLflow checked before compute
     dataset = prepare_dataset(config.data, run.storage_uri, config.eval.data, config.model)  # model: token filter
     record_dataset(run, dataset)  # the snapshot read, as the MLflow run's dataset input

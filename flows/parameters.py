@@ -18,6 +18,7 @@ import copy
 import os
 from pathlib import Path
 from typing import Any, ClassVar, Literal
+from uuid import UUID
 
 from pydantic import Field, create_model, model_validator
 
@@ -31,6 +32,7 @@ from essaflow.config import (
     read_yaml_tree,
 )
 from essaflow.config_base import StrictConfig
+from essaflow.secrets import NO_PASSWORD_IN_FORM, mask_tree, uri_passwords_to_env
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -59,6 +61,25 @@ class PresetParams(StrictConfig):
     @classmethod
     def preset_values(cls) -> dict[str, Any]:
         return preset_tree(cls.preset)
+
+
+def without_uri_passwords(params: Any) -> Any:
+    """The first step of a flow: `params` with any URI password moved into this process's environment
+    (secrets.uri_passwords_to_env), and the flow run's parameters as Prefect stored them rewritten with every URI
+    password masked. A deployment's form refuses such a URI before it is stored (secrets.NO_PASSWORD_IN_FORM); this
+    covers what reaches a flow anyway: a deployment that does not enforce its schema, a flow called from Python."""
+    from prefect.client.orchestration import get_client
+    from prefect.runtime import flow_run
+
+    params = uri_passwords_to_env(params)
+    run_id = flow_run.get_id()
+    if run_id:
+        with get_client(sync_client=True) as client:
+            stored = client.read_flow_run(UUID(run_id)).parameters
+            masked = mask_tree(stored)
+            if masked != stored:
+                client.update_flow_run(UUID(run_id), parameters=masked)
+    return params
 
 
 # ------------------------------------------------------------------------------------------------ finetune
@@ -125,8 +146,9 @@ class EvaluateParams(PresetParams):
     """Generation settings."""
     storage_uri: str = PipelineConfig().storage_uri
     """Artifact root for the report (the default yields to ESSAFLOW_STORAGE_URI)."""
-    tracking_uri: str | None = None
-    """MLflow tracking URI; None uses MLFLOW_TRACKING_URI or the local sqlite file."""
+    tracking_uri: str | None = Field(None, json_schema_extra=NO_PASSWORD_IN_FORM)
+    """MLflow tracking URI; None uses MLFLOW_TRACKING_URI or the local sqlite file. No password here: the form
+    refuses one (the worker's MLFLOW_TRACKING_URI holds it)."""
 
     @classmethod
     def preset_values(cls) -> dict[str, Any]:

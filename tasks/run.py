@@ -17,6 +17,7 @@ from essaflow import tracking
 from essaflow.artifacts import check_storage, storage_uri_for
 from essaflow.cluster.preflight import check_training_fits
 from essaflow.config import PipelineConfig
+from essaflow.input_check import require_model
 from essaflow.refs import AdapterRef, DatasetRef, EvalRef, ModelRef, PipelineResult, RegisteredRef, RunRef
 from essaflow.storage import open_store
 from essaflow.timing import Timer
@@ -61,8 +62,8 @@ def tracked(run: RunRef) -> tracking.TrackedRun:
     on_completion=[record_stage],
 )
 def open_run(config: PipelineConfig, resume: str | None = None) -> RunRef:
-    """Preflight (storage and MLflow reachable, credentials accepted, a joined Ray cluster large enough for the
-    training workers) before any compute, then the MLflow run.
+    """Preflight (the model's checkpoint complete, storage and MLflow reachable, credentials accepted, a joined Ray
+    cluster large enough for the training workers) before any compute, then the MLflow run.
 
     The whole pipeline config: it is the run's record (the MLflow params, and what a resume is checked against).
 
@@ -72,6 +73,7 @@ def open_run(config: PipelineConfig, resume: str | None = None) -> RunRef:
     """
     timer = Timer()
     started_at = time.time()
+    require_model(config.model)  # bad input: fails at once, no retry, no resume offered (tasks.retry.BAD_INPUT)
     run_id = flow_run.get_id() or uuid.uuid4().hex
     with timer.part("storage"):
         storage_uri = check_storage(storage_uri_for(config.storage_uri))

@@ -129,6 +129,11 @@ class ArtifactStore(ABC):
         whenever the object's bytes do (S3: ETag and size; files: SHA-256). Content-keyed caches use it."""
 
     @abstractmethod
+    def sizes(self, prefix: str = "") -> dict[str, int]:
+        """{key: size in bytes} of every object under the directory ``prefix`` (all if empty), from one listing:
+        what deleting it frees (retention's dry run and sweep)."""
+
+    @abstractmethod
     def upload_file(self, local: Path, key: str) -> str:
         """Copy a local file to ``key`` (multipart on S3 for large files); returns its SHA-256."""
 

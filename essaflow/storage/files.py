@@ -41,6 +41,9 @@ class FileStore(ArtifactStore):
             return {_clean_key(prefix): file_digest(self._path(prefix))}
         return {k: file_digest(self._path(k)) for k in self.list(prefix)}
 
+    def sizes(self, prefix: str = "") -> dict[str, int]:
+        return {k: self._path(k).stat().st_size for k in self.list(prefix)}
+
     def _path(self, key: str) -> Path:
         return self.root / _clean_key(key)
 

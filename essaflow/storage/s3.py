@@ -337,6 +337,20 @@ class S3Store(ArtifactStore):
 
         return self._call("list", prefix, scan)
 
+    def sizes(self, prefix: str = "") -> dict[str, int]:
+        prefix = _clean_key(prefix, allow_empty=True)
+        full_prefix = _join(self.prefix, prefix)
+        s3_prefix = full_prefix + "/" if full_prefix else ""
+        cut = len(self.prefix) + 1 if self.prefix else 0
+
+        def scan():
+            found = {}
+            for page in self._client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=s3_prefix):
+                found.update({o["Key"][cut:]: int(o.get("Size", 0)) for o in page.get("Contents", [])})
+            return {k: v for k, v in sorted(found.items()) if not k.endswith("/")}
+
+        return self._call("list", prefix, scan)
+
     def list(self, prefix: str = "") -> list[str]:
         cut = len(self.prefix) + 1 if self.prefix else 0
         return sorted(k[cut:] for k in self._list_full(prefix))

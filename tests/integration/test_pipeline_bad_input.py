@@ -3,8 +3,10 @@ behind: an unknown config key, an unreachable S3 endpoint, wrong S3 credentials,
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+import time
 import uuid
 
 import pytest
@@ -93,3 +95,32 @@ def test_an_unreachable_mlflow_server_is_named_before_any_compute(pipeline_stack
     assert "TrackingError" in line and dead in line and "unreachable" in line
     assert "prepare_dataset" not in proc.stderr  # failed at the preflight, before the first stage
     _nothing_left(pipeline_stack, name, prefix)
+
+
+def test_a_deployment_run_refuses_a_model_directory_without_weights_at_its_start(stack_in_process, case, tmp_path):
+    """The deployment's flow (no CLI preflight in front of it): open_run names the path and the missing files,
+    once, no retry, no resume offered, and no other stage runs."""
+    from flows.finetune import finetune_essa
+    from flows.parameters import ESSAPipelineConfig
+    from tasks import failures
+    from tests.integration.pipeline_support import flow_run_logs, task_run_states
+
+    name, prefix = case
+    checkpoint = tmp_path / "my-model"
+    checkpoint.mkdir()
+    (checkpoint / "config.json").write_text('{"model_type": "llama"}')
+    cfg = {k: v for k, v in tiny(name=name, storage_uri=prefix).items() if k != "grpo"}
+    params = ESSAPipelineConfig(**{**cfg, "model": {"name_or_path": str(checkpoint)}})
+    state = finetune_essa(params, return_state=True)
+    assert state.is_failed()
+    flow_run_id = str(state.state_details.flow_run_id)
+    failure, _ = failures.pop(flow_run_id)
+    assert failure.stage == "open_run" and failure.attempts == 1 and not failure.resumable
+    assert f"{checkpoint} has config.json but no weights" in failure.error and "tokenizer files" in failure.error
+    assert task_run_states(flow_run_id, {"open_run"}) == {"open_run": "Failed"}
+    deadline = time.monotonic() + 30  # the run's log reaches the server in batches
+    while not (lines := [json.loads(m) for m in flow_run_logs(flow_run_id) if m.startswith('{"error"')]):
+        assert time.monotonic() < deadline, "the failure's JSON line never reached the run's log"
+        time.sleep(0.5)
+    assert len(lines) == 1 and lines[0]["stage"] == "open_run" and lines[0]["resume"] is None
+    _nothing_left(stack_in_process, name, prefix)

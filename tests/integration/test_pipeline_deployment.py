@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import urllib.request
+import uuid
 
 import pytest
 
@@ -61,7 +62,7 @@ def test_deploy_all_creates_the_three_deployments_with_schedules_and_a_form(depl
 
     with client() as c:
         deps = {d.name: d for d in c.read_deployments()}
-    assert {"finetune-essa", "finetune-fgrpo", "evaluate-champion"} <= set(deps)
+    assert {"finetune-essa", "finetune-fgrpo", "evaluate-champion", "gc-storage"} <= set(deps)
     crons = {n: [s.schedule.cron for s in deps[n].schedules] for n in ("finetune-essa", "finetune-fgrpo")}
     assert crons == {"finetune-essa": ["0 2 * * *"], "finetune-fgrpo": ["0 3 * * 0"]}
     assert all(d.work_pool_name == "essaflow-process" for d in deps.values())
@@ -74,6 +75,37 @@ def test_deploy_all_creates_the_three_deployments_with_schedules_and_a_form(depl
     assert schema["definitions"]["ESSAConfig"]["properties"]["population"]["type"] == "integer"
     assert schema["properties"]["config"]["default"]["essa"]["strategy"] == "es"  # configs/tiny-essa.yaml
     assert deps["finetune-essa"].parameters == {} and deps["finetune-fgrpo"].parameters == {}
+
+
+def test_a_uri_password_typed_into_a_form_is_refused_before_prefect_stores_it(deployed, pipeline_stack):
+    """What the UI posts for a Custom run, each deployment's URI settings: Prefect checks the parameters against
+    the deployment's schema first, so the run is refused (409) and no flow run holding the password exists."""
+    from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
+    from prefect.exceptions import PrefectHTTPStatusError
+
+    from tests.integration.pipeline_support import client
+
+    password = "pw-" + uuid.uuid4().hex
+    uri = f"http://ui-user:{password}@127.0.0.1:5000"
+    typed = {
+        "finetune/finetune-essa": [{"config": {"tracking_uri": uri}}, {"config": {"ray_address": uri}}],
+        "evaluate/evaluate-champion": [{"params": {"tracking_uri": uri}}],
+        "gc/gc-storage": [{"retention": {"tracking_uri": uri}}],
+    }
+    with client() as c:
+        ids = []
+        for name, forms in typed.items():
+            deployment = c.read_deployment_by_name(name)
+            ids.append(deployment.id)
+            for params in forms:
+                with pytest.raises(PrefectHTTPStatusError) as refused:
+                    c.create_flow_run_from_deployment(deployment.id, parameters=params)
+                assert refused.value.response.status_code == 409, params
+                assert "does not match" in refused.value.response.text
+        runs = c.read_flow_runs(deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=ids)))
+    assert password not in json.dumps([r.parameters for r in runs])
+    server_logs = b"".join(p.read_bytes() for p in pipeline_stack.prefect.state_dir.glob("*.log"))
+    assert password.encode() not in server_logs
 
 
 def test_finetune_essa_deployment_completes_on_a_process_worker(essa_run):

@@ -124,3 +124,19 @@ def test_compare_methods_runs_the_compare_preset_and_its_form_is_described():
                 }
             }
         )
+
+
+def test_gc_storage_runs_the_gc_flow_with_a_described_form_that_refuses_a_uri_password():
+    from prefect.utilities.schema_tools import ValidationError, validate
+
+    assert "parameters" not in DEPLOYMENTS["gc-storage"] and DEPLOYMENTS["gc-storage"]["concurrency_limit"] == 1
+    flow = flow_of("gc-storage")
+    schema = json.loads(json.dumps(parameter_schema(flow).model_dump_for_openapi()))
+    fields = schema["definitions"]["RetentionConfig"]["properties"]
+    assert set(fields) == {"keep_runs", "storage_uri", "tracking_uri"}
+    assert all(f["title"] == k and f.get("description") for k, f in fields.items())
+    assert fields["keep_runs"]["default"] == 5 and fields["keep_runs"]["minimum"] == 1
+    validate({"retention": {"tracking_uri": "http://127.0.0.1:5000"}}, schema, raise_on_error=True)
+    with pytest.raises(ValidationError, match="does not match"):
+        validate({"retention": {"tracking_uri": "http://user:pw@127.0.0.1:5000"}}, schema, raise_on_error=True)
+    assert flow.validate_parameters({"dry_run": True})["retention"].keep_runs == 5

@@ -1,0 +1,48 @@
+"""`essaflow gc`: the gc flow in this process; the listing on stderr, its JSON line last."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from cli.common import emit, fail, flow_logging, refuse, service_env
+from cli.pipeline import credentials_to_env, fail_unless_completed, quiet_console_tracebacks
+
+
+def gc(
+    keep_runs: Annotated[int, typer.Option(help="runs of each pipeline kept whole (the newest)")] = 5,
+    storage_uri: Annotated[str | None, typer.Option(help="artifact root (default: ESSAFLOW_STORAGE_URI)")] = None,
+    tracking_uri: Annotated[str | None, typer.Option(help="MLflow registry (default: MLFLOW_TRACKING_URI)")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="list what would go, and its bytes")] = False,
+    verbose: bool = False,
+) -> None:
+    """Delete the checkpoints and caches no recent run and no registered model version needs (docs/retention.md)."""
+    from pydantic import ValidationError
+
+    from essaflow.retention import RetentionConfig
+
+    flow_logging(verbose)
+    given = {"keep_runs": keep_runs, "storage_uri": storage_uri, "tracking_uri": tracking_uri}
+    try:
+        retention = RetentionConfig(**{k: v for k, v in given.items() if v is not None})
+    except ValidationError as err:
+        refuse([f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors()])
+    service_env()
+    from flows.gc import gc as gc_flow
+    from tasks import failures
+
+    quiet_console_tracebacks()
+    try:
+        state = gc_flow(credentials_to_env(retention), dry_run=dry_run, return_state=True)
+    except Exception as err:  # the orchestrator itself
+        fail(failures.describe(err), "orchestration", None, [])
+    fail_unless_completed(state, [], name_run=False)
+    out = state.result()
+    verb = "would delete" if dry_run else "deleted"
+    for entry in out["delete"]:
+        typer.echo(f"{verb} {entry['prefix']}: {entry['bytes']} bytes, {entry['objects']} objects ({entry['why']})",
+                   err=True)  # fmt: skip
+    total = out["bytes"] if dry_run else out["bytes_freed"]
+    typer.echo(f"{verb} {len(out['delete'])} prefixes, {total} bytes; kept {len(out['keep'])}", err=True)
+    emit(out)
