@@ -121,6 +121,8 @@ def train_grpo(
         worker_failures=max(0, sum(1 for s in driver.starts if s.rank == 0) - 1),  # group restarts
         truncated_share=round(sum(driver.truncated) / len(driver.truncated), 4) if driver.truncated else None,
         usage=step_usage(done.metrics, done.resumed_from),
+        sharding=done.sharding,
+        memory_per_rank=done.memory_per_rank,
     )
 
 
