@@ -85,6 +85,14 @@ def test_fsdp_ddp_and_one_process_take_the_same_steps(root, fsdp2, ddp2, tmp_pat
     assert fsdp2["sharding"] == "fsdp" and ddp2["sharding"] == "ddp" and one.sharding == "ddp"
 
 
+def test_one_fsdp_rank_with_activation_checkpointing_takes_the_same_steps(root, fsdp2, tmp_path):
+    cfg, splits, start = _tiny(root, "grpo.sharding=fsdp", "grpo.workers.count=1", "grpo.activation_checkpointing=true")
+    one = train_grpo(cfg, splits, start, tmp_path / "one")
+    assert one.sharding == "fsdp"
+    assert max(abs(a["loss"] - b["loss"]) for a, b in zip(one.metrics, fsdp2["metrics"])) < TOL
+    assert _max_diff(_weights(tmp_path / "one"), _weights(root / "fsdp2")) < TOL
+
+
 def test_fsdp_rank_holds_about_half_the_bytes_of_a_ddp_replica(fsdp2, ddp2):
     fsdp, ddp = fsdp2["memory_per_rank"], ddp2["memory_per_rank"]
     ratio = (fsdp["params"] + fsdp["optimizer"]) / (ddp["params"] + ddp["optimizer"])
@@ -145,16 +153,16 @@ def test_rank_killed_mid_save_keeps_the_last_checkpoint_and_resumes_bitwise(root
     assert all(torch.equal(a[k], b[k]) for k in b)
 
 
-def test_fsdp_checkpoint_resumes_on_one_rank_from_s3(root, fsdp2, s3_store, tmp_path):
+def test_fsdp_checkpoint_resumes_on_one_ddp_rank_from_s3(root, fsdp2, s3_store, tmp_path):
     from essaflow.artifacts.checkpoints import restore_checkpoint, sync_checkpoint
     from essaflow.training.run import RunStorage
 
     run = RunStorage(s3_store, f"runs/fsdp-{tmp_path.name}")
     sync_checkpoint(s3_store, run, root / "fsdp2-ckpt" / "1")
     assert restore_checkpoint(s3_store, run, tmp_path / "ckpt") == "1"
-    cfg, splits, start = _tiny(root, "grpo.sharding=fsdp", "grpo.workers.count=1")
-    one = train_grpo(cfg, splits, start, tmp_path / "out", tmp_path / "ckpt")  # 2 -> 1 rank
-    assert one.resumed_from == 1
+    cfg, splits, start = _tiny(root, "grpo.workers.count=1")  # auto: one rank is a ddp replica
+    one = train_grpo(cfg, splits, start, tmp_path / "out", tmp_path / "ckpt")  # 2 fsdp ranks -> 1 replica
+    assert one.resumed_from == 1 and one.sharding == "ddp"
     later = [m["loss"] for m in fsdp2["metrics"][1:]]
     assert max(abs(a - b) for a, b in zip([m["loss"] for m in one.metrics[1:]], later)) < TOL
     assert _max_diff(_weights(tmp_path / "out"), _weights(root / "fsdp2")) < TOL
