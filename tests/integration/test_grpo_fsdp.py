@@ -18,7 +18,10 @@ from tests.support.ranks import run_ranks
 
 pytestmark = pytest.mark.integration
 
-FULL = ["grpo.parameters=full", "grpo.steps=3", "grpo.lr=1e-3", "grpo.checkpoint_every=1", "grpo.workers.count=2"]
+FULL = [
+    "grpo.parameters=full", "grpo.steps=3", "grpo.lr=1e-3", "grpo.checkpoint_every=1", "grpo.workers.count=2",
+    "grpo.eval_every=2",  # rank 0 decodes the held-out set alone on the shards' gathered weights
+]  # fmt: skip
 TOL = 1e-5
 
 
@@ -83,6 +86,8 @@ def test_fsdp_ddp_and_one_process_take_the_same_steps(root, fsdp2, ddp2, tmp_pat
     assert moved > 1e-3, moved
     assert _max_diff(fsdp_w, one_w) < TOL and _max_diff(ddp_w, one_w) < TOL, moved
     assert fsdp2["sharding"] == "fsdp" and ddp2["sharding"] == "ddp" and one.sharding == "ddp"
+    evals = [[m.get("eval_greedy") for m in r] for r in (fsdp2["metrics"], ddp2["metrics"], one.metrics)]
+    assert evals[0] == evals[1] == evals[2] and evals[0][1] is not None, evals
 
 
 def test_one_fsdp_rank_with_activation_checkpointing_takes_the_same_steps(root, fsdp2, tmp_path):
