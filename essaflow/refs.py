@@ -99,6 +99,10 @@ class AdapterRef(Ref):
     """Training wall time of the last training call (0 for an adapter that was not trained here)."""
     bytes_per_update: float = 0.0
     """Bytes crossing process boundaries per generation/step (ESSA: seeds and fitness; GRPO: the all-reduce)."""
+    sharding: str = ""
+    """F-GRPO: ddp (replicas) or fsdp (FSDP2 shards); empty for other methods."""
+    memory_per_rank: dict[str, int] = {}
+    """F-GRPO: bytes of params, grads, optimizer state and total one rank held (its shards under fsdp)."""
     usage: dict[str, float] = {}
     """What training spent: generated_tokens, forward_tokens, backward_tokens, device_s (essaflow/training/usage.py)."""
     metrics_uri: str = ""

@@ -257,6 +257,8 @@ def close_run(
                 "worker_failures",
                 "wall_s",
                 "bytes_per_update",
+                "sharding",
+                "memory_per_rank",
                 "usage",
             }  # fmt: skip
         ),

@@ -129,11 +129,14 @@ def train(config: PipelineConfig, dataset: DatasetRef, sft: AdapterRef, run: Run
             "nodes_used": len(result.work_by_node),
             "worker_failures": result.worker_failures,
             **result.usage.as_row("usage_"),  # generated/forward/backward tokens, device-seconds
+            **{f"memory_per_rank_{k}": v for k, v in result.memory_per_rank.items()},  # bytes one rank holds
         }
         if result.resumed_from is not None:
             summary["resumed_from"] = result.resumed_from
         done = tracking.logged_steps(tracked(run), "train.summary")  # a retried close after this logged it
         tracking.log_step_metrics(tracked(run), [{"step": result.steps, **summary}], "train.summary", done)
+        if result.sharding:
+            tracking.set_tags(tracked(run), {"essaflow.sharding": result.sharding})
     return AdapterRef(
         uri=trained.uri,
         digest=trained.digest,
@@ -146,6 +149,8 @@ def train(config: PipelineConfig, dataset: DatasetRef, sft: AdapterRef, run: Run
         worker_failures=result.worker_failures,
         wall_s=result.wall_s,
         bytes_per_update=result.bytes_per_update,
+        sharding=result.sharding,
+        memory_per_rank=result.memory_per_rank,
         usage=result.usage.as_row(),
         metrics_uri=trained.metrics_uri,
         stage="train",

@@ -223,6 +223,7 @@ class TransformersGenerator(_TextsFromSamples):
                 max_new_tokens=max_new_tokens,
                 pad_token_id=tok.pad_token_id,
                 eos_token_id=self.stop,
+                synced_gpus=False,  # each rank decodes alone, also on FSDP ranks (whole weights while decoding)
             )
             outs.append(gen[:, ids.shape[1] :].cpu())
         width = max(o.shape[1] for o in outs)

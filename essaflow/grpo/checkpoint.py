@@ -2,8 +2,11 @@
 
 Layout of `checkpoint_dir/<step>/` (step = rollout steps completed):
 
-    adapter/ or model/        peft adapter (LoRA) or full HF checkpoint, safetensors
-    optimizer.pt              AdamW state_dict          (torch.save; read back with weights_only=True)
+    adapter/ or model/        peft adapter (LoRA) or full HF checkpoint, safetensors (grpo.sharding=ddp)
+    optimizer.pt              AdamW state_dict          (torch.save; read back with weights_only=True; ddp)
+    shards/                   grpo.sharding=fsdp instead of the two above: torch.distributed.checkpoint of the
+                              float32 weights and AdamW state, one __<rank>_0.distcp per rank and .metadata (the
+                              coordinator's, written after every rank's shard); it loads at any world size
     scheduler.pt              LR scheduler state_dict   (same)
     rng_rank<r>.pt            python / torch / cuda RNG states of every worker (same)
     trainer_state.json        step, world size, metrics so far
@@ -14,6 +17,9 @@ Every worker writes into `checkpoint_dir/.tmp-<step>/` (a name all ranks know); 
 so a checkpoint either exists completely or not at all; `latest_checkpoint` also re-verifies the manifest (it
 protects copies made without a rename, e.g. uploads). Nothing read back executes code: safetensors, JSON, and
 `torch.load(weights_only=True)`.
+
+With fsdp every rank writes its own shard into the staging directory; a rank that dies mid-save leaves it
+uncommitted, so the previous checkpoint stays the newest complete one.
 
 In multi-worker runs checkpoint_dir must be visible to every worker (one machine, or a shared file system).
 """
@@ -30,6 +36,7 @@ import torch
 from essaflow.storage.atomic_dir import commit_dir, committed_manifest, recover_children, remove_dir
 from essaflow.storage.manifest import MANIFEST
 
+SHARDS = "shards"
 KEEP_LAST = 3  # older complete checkpoints are pruned after a new one is committed
 
 
@@ -68,6 +75,40 @@ def save_training_state(
     target = stage / ("adapter" if parameters == "lora" else "model")
     model.save_pretrained(target, safe_serialization=True)
     torch.save(optimizer.state_dict(), stage / "optimizer.pt")
+    save_scheduler_and_state(stage, scheduler, state)
+
+
+def is_sharded(path: Path) -> bool:
+    """True for a checkpoint written by fsdp ranks (torch.distributed.checkpoint shards)."""
+    return (Path(path) / SHARDS).is_dir()
+
+
+def _dcp_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    weights, optim = get_state_dict(model, optimizer)
+    return {"model": weights, "optim": optim}
+
+
+def save_sharded(stage: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """Every rank writes its shard of the weights and AdamW state (a collective; rank 0 writes .metadata last)."""
+    import torch.distributed.checkpoint as dcp
+
+    dcp.save(_dcp_state(model, optimizer), checkpoint_id=str(Path(stage) / SHARDS))
+
+
+def load_sharded(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """Weights and AdamW state from the shards, resharded to this run's ranks (any world size, fsdp or not)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import set_state_dict
+
+    state = _dcp_state(model, optimizer)
+    dcp.load(state, checkpoint_id=str(Path(path) / SHARDS))
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+
+
+def save_scheduler_and_state(stage: Path, scheduler: Any, state: dict[str, Any]) -> None:
+    """The LR schedule and the trainer state (rank 0), beside the shards."""
     torch.save(scheduler.state_dict(), stage / "scheduler.pt")
     (stage / "trainer_state.json").write_text(json.dumps(state))
 
@@ -114,6 +155,10 @@ def load_optimizer_and_scheduler(
     map_location: str | torch.device = "cpu",
 ) -> None:
     optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location=map_location, weights_only=True))
+    load_scheduler(path, scheduler)
+
+
+def load_scheduler(path: Path, scheduler: Any) -> None:
     scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=True))
 
 

@@ -86,6 +86,9 @@ class GRPOConfig(StrictConfig):
     """How ranks hold the weights: ddp (each rank a full replica) or fsdp (FSDP2: parameters, gradients and
     optimizer state sharded over the ranks, float32 masters). auto = fsdp for parameters=full on 2 or more ranks,
     else ddp (`resolved_sharding`). The loss is the same either way (docs/algorithms.md)."""
+    activation_checkpointing: bool = False
+    """Recompute each decoder layer's activations in backward instead of storing them (less memory, about one
+    more forward of compute); the same gradients either way."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Where ranks compute: auto = on Ray, one whole GPU per rank (NCCL) when the cluster has GPUs, else CPU (gloo);
     in process, cuda when visible."""
@@ -126,6 +129,11 @@ class GRPOConfig(StrictConfig):
         if self.prompts_per_step % share:
             raise ValueError(
                 f"prompts_per_step={self.prompts_per_step} must be a multiple of workers.count * mini_batches = {share}"
+            )
+        if self.sharding == "fsdp" and self.parameters == "lora":
+            raise ValueError(
+                "grpo.sharding=fsdp shards full-parameter training (grpo.parameters=full); a LoRA adapter is small "
+                "enough to replicate: use grpo.sharding=ddp (or auto)"
             )
         if self.workers.gpus is not None:
             raise ValueError("workers.gpus: F-GRPO ranks take one whole GPU each when grpo.device resolves to cuda")

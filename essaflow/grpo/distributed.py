@@ -1,4 +1,5 @@
-"""Ray Train launch of the GRPO loop: `cfg.grpo.workers.count` DDP workers (gloo on CPU, NCCL on GPU).
+"""Ray Train launch of the GRPO loop: `cfg.grpo.workers.count` ranks (gloo on CPU, NCCL on GPU), DDP replicas or
+FSDP2 shards as `grpo.sharding` says (sharding.py shards inside each rank's loop; Ray Train keeps the process group).
 
 Every worker runs `loop.run_worker` on its own strided share of the prompt groups (a group never spans
 workers); torch.distributed is set up by Ray Train's TorchTrainer. Rank 0's reports (metrics, checkpoints, the

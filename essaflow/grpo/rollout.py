@@ -167,8 +167,9 @@ def sample(
     )
     sampler = GumbelSampler(row_keys, ids.shape[1], temperature, top_p)
     out = model.generate(
-        input_ids=ids, attention_mask=mask, generation_config=gen_cfg, logits_processor=LogitsProcessorList([sampler])
-    )
+        input_ids=ids, attention_mask=mask, generation_config=gen_cfg, logits_processor=LogitsProcessorList([sampler]),
+        synced_gpus=False,  # each rank decodes alone, also on FSDP ranks (whole weights while decoding)
+    )  # fmt: skip
     completion = out[:, ids.shape[1] :].cpu()
     if completion.shape[1] < max_new_tokens:  # every row stopped early: pad to a fixed width
         completion = torch.nn.functional.pad(

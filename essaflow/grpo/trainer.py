@@ -1,9 +1,11 @@
 """Train the GRPO family (GRPO, DAPO, CISPO + F-GRPO's focal weight) from the SFT start: `train_grpo`.
 
-One loop (`loop.py`) runs on every worker: in this process for one worker, or on Ray Train DDP ranks
-(`distributed.py`). The driver turns the workers' typed events into the caller's callbacks and a TrainResult.
+One loop (`loop.py`) runs on every worker: in this process for one worker, or on Ray Train ranks (`distributed.py`),
+as DDP replicas or FSDP2 shards (`sharding.py`). The driver turns the workers' typed events into the caller's
+callbacks and a TrainResult.
 
-Bytes all-reduced per rollout step, measured by a DDP communication hook (0 in a one-process run):
+Bytes all-reduced per rollout step, measured by a DDP communication hook (0 in a one-process ddp run; under
+grpo.sharding=fsdp the float32 gradients reduce-scattered, every gradient once per mini-batch):
     bytes_per_step = mini_batches * sum over trainable parameters p of numel(p) * element_size(p)
 (the payload each worker contributes; a ring all-reduce moves 2 (W - 1) / W times that per worker).
 Metrics and normalisers add `aux_bytes` per step (float64 sums), reported separately.
@@ -121,6 +123,8 @@ def train_grpo(
         worker_failures=max(0, sum(1 for s in driver.starts if s.rank == 0) - 1),  # group restarts
         truncated_share=round(sum(driver.truncated) / len(driver.truncated), 4) if driver.truncated else None,
         usage=step_usage(done.metrics, done.resumed_from),
+        sharding=done.sharding,
+        memory_per_rank=done.memory_per_rank,
     )
 
 

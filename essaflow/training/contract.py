@@ -57,6 +57,11 @@ class TrainResult:
     worker-group restarts, each resumed from the latest checkpoint)."""
     usage: Usage = field(default_factory=Usage)
     """What this call's training cost: generated, forward and backward tokens, device-seconds (training/usage.py)."""
+    sharding: str = ""
+    """How the F-GRPO ranks held the weights: ddp (replicas) or fsdp (FSDP2 shards); empty for ESSA."""
+    memory_per_rank: dict[str, int] = field(default_factory=dict)
+    """F-GRPO: bytes of params, grads and optimizer state (and their total) one rank held at the end, counted from
+    its own tensors (fsdp: its shards), the largest over ranks; empty for ESSA."""
     truncated_share: float | None = None
     """Share of the rollout completions that hit the length cap, over this call's steps (GRPO; None for ESSA,
     whose fitness decodes are reported by the held-out evaluation)."""

@@ -105,6 +105,7 @@ def run_training_job(cfg: PipelineConfig) -> dict[str, Any]:
         "steps": result.steps,
         "train_wall_s": result.wall_s,
         "bytes_per_update": round(result.bytes_per_update),
+        "training": {"sharding": result.sharding, "memory_per_rank": result.memory_per_rank},
         "usage": result.usage.as_row(),  # tokens and device-seconds of this call's training (training/usage.py)
         "held_out_curve": [[m.get("generation", m.get("step")), round(m["eval_greedy"], 4)] for m in evals],
         "resumed_from": result.resumed_from,

@@ -38,3 +38,9 @@ def test_both_jobs_run_on_a_chat_checkpoint_and_report_truncation(method, qwen_t
     assert out["steps"] == 2 and set(out["after"]) >= {"greedy", "pass@1"}
     assert shares["before"] == 1.0 and shares["after"] == 1.0
     assert shares["rollouts"] == (None if method == "essa" else 1.0)  # ESSA samples no rollouts
+    memory = out["training"]["memory_per_rank"]  # a LoRA replica: the whole model, the adapter's grads and moments
+    if method == "fgrpo":
+        assert out["training"]["sharding"] == "ddp" and memory["params"] > memory["grads"] > 0
+        assert 2 * memory["grads"] <= memory["optimizer"] < 2.1 * memory["grads"]  # two moments (+ step counts)
+    else:
+        assert out["training"] == {"sharding": "", "memory_per_rank": {}}

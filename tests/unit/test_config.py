@@ -176,3 +176,17 @@ def test_the_tiny_presets_share_one_base_and_one_sft_start_per_registered_name()
         starts.setdefault(cfg.name, set()).add(cfg.model.model_dump_json())
     assert all(len(s) == 1 for s in starts.values()), starts
     assert len(starts) == 2  # tiny-fgrpo adapts Q/K/V/O only, under a name of its own
+
+
+def test_sharding_auto_shards_full_parameters_on_several_ranks_and_refuses_fsdp_lora():
+    from essaflow.grpo.config import resolved_sharding
+
+    def sharding(*sets: str) -> str:
+        return resolved_sharding(load_config(None, list(sets)).grpo)
+
+    assert sharding("grpo.parameters=full", "grpo.workers.count=2") == "fsdp"
+    assert sharding("grpo.parameters=full", "grpo.workers.count=1") == "ddp"
+    assert sharding("grpo.workers.count=2") == "ddp"
+    assert sharding("grpo.parameters=full", "grpo.workers.count=2", "grpo.sharding=ddp") == "ddp"
+    with pytest.raises(ConfigError, match=r"grpo.sharding=fsdp shards full-parameter training"):
+        load_config(None, ["grpo.sharding=fsdp"])
