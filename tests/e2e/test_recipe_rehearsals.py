@@ -162,7 +162,6 @@ def test_essa_qwen25_math_7b_math_rehearsal(tmp_path, prefect_api, qwen_checkpoi
 
 #: the recipe's FSDP ranks on CPU: 2 ranks (gloo) with the recipe's grpo.sharding=fsdp
 FSDP_RANKS = ["grpo.sharding=fsdp", "grpo.workers.count=2", "grpo.workers.cpus=0.5"]
-REHEARSE_WITH_FSDP_RANKS = False  # True once sharded training is in: the rehearsal then runs FSDP_RANKS
 
 
 def test_fgrpo_qwen25_7b_deepscaler_rehearsal(tmp_path, prefect_api, qwen_checkpoint, record_property):
@@ -175,10 +174,11 @@ def test_fgrpo_qwen25_7b_deepscaler_rehearsal(tmp_path, prefect_api, qwen_checkp
     rows += [{**rows[0], "answer": rows[0]["answer"] + "1"}, {**rows[1], "problem": long_prompt}]
     data.write_text(json.dumps(rows))
     model = [f"model.name_or_path={qwen_checkpoint}", "data.source=file", f"data.path={data}"]
-    sets = model + CPU_ONLY + SMALL + GRPO_CPU + (FSDP_RANKS if REHEARSE_WITH_FSDP_RANKS else [])
+    sets = model + CPU_ONLY + SMALL + GRPO_CPU + FSDP_RANKS
     out, _ = rehearse(tmp_path, prefect_api, "fgrpo-qwen2.5-7b-deepscaler.yaml", sets, record_property)
     assert_the_pipeline_ran(out, "fgrpo-qwen2.5-7b-deepscaler", steps=3)
     assert out["data_filtered"] == {"conflicting_duplicates": 2, "max_prompt_tokens": 1}
+    assert out["training"]["sharding"] == "fsdp" and out["training"]["memory_per_rank"]["total"] > 0
     assert_turns_end_at_im_end(tmp_path, out["run_id"])
     # grpo.parameters=full (the recipe's): the result is a whole checkpoint, and every weight moved at lr 1e-6
     trained = load_file(tmp_path / ".essaflow/store/runs" / out["run_id"] / "model" / "model.safetensors")
