@@ -238,9 +238,11 @@ class Learner:
         if self.info.rank != 0:
             return
         dtype = getattr(torch, self.cfg.model.dtype)
+        tied = getattr(self.model, "all_tied_weights_keys", None) or {}  # e.g. lm_head = embed_tokens: stored once
+        weights = {k: v.to(dtype) for k, v in weights.items() if k not in tied}
         with atomic_dir(out) as tmp:  # in model.dtype, as a full checkpoint is published
             self.model.config.dtype = dtype
-            self.model.save_pretrained(tmp, state_dict={k: v.to(dtype) for k, v in weights.items()})
+            self.model.save_pretrained(tmp, state_dict=weights)
             self.tokenizer.save_pretrained(tmp)
 
     def save_checkpoint(self, root: Path, done: int, state: dict[str, Any]) -> Path | None:

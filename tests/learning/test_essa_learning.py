@@ -40,7 +40,7 @@ def test_short_run_raises_held_out_reward_on_the_tiny_model(tmp_path):
         Path(__file__).resolve().parents[2] / "configs" / "tiny-essa.yaml",
         [
             "sft.steps=150",
-            "data.eval_size=128",
+            "data.eval_size=256",
             "essa.workers.count=2",
             "essa.generations=60",
             "essa.population=16",
