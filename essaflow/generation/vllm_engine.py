@@ -6,11 +6,11 @@ the returned ids with the same tokenizer the transformers engine uses), so both 
 produce comparable texts. Every EOS id is a stop id; a completion that stops keeps its stop id, as in
 `sampling.to_rollout`.
 
-The engine runs in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`, threads left unpinned): no spawned engine core, so no `__main__`
-guard is needed, weights can be loaded into the served model directly (GRPO full-parameter sync), and a Ray actor or
-a Ray Train rank holds its engine like any other object. The prefix cache is off: ESSA's candidates share prompts
-but not weights, and a KV block cached under one candidate's adapter must never serve another's
-(docs/engines.md).
+The engine runs in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`, threads left unpinned): no spawned engine
+core, so no `__main__` guard is needed, weights can be loaded into the served model directly (GRPO full-parameter
+sync), and a Ray actor or a Ray Train rank holds its engine like any other object. The prefix cache is off: ESSA's
+candidates share prompts but not weights, and a KV block cached under one candidate's adapter must never serve
+another's (docs/engines.md).
 
 LoRA: vLLM serves ranks 1, 8, 16, 32, 64, ...; `write_lora_adapter` pads a peft model's factors with zero rows and
 columns up to the next served rank and folds peft's scaling into B, so the padded adapter computes the same
@@ -26,7 +26,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from pydantic import Field
@@ -53,6 +53,10 @@ class VLLMConfig(StrictConfig):
     """Largest LoRA rank the engine accepts (rounded up to a served rank); model.lora_rank is raised to it."""
     max_model_len: int | None = Field(None, ge=8)
     """Prompt + completion tokens per sequence; None: the checkpoint's max_position_embeddings."""
+    quantization: Literal["fp8", "bitsandbytes"] | None = None
+    """vLLM's own quantisation of the served base, in flight: fp8 (8-bit weights, Ada/Hopper GPUs) or bitsandbytes
+    (4-bit NF4, needs bitsandbytes); None: the checkpoint's precision. model.quantization (torchao) is the
+    transformers engine's and is not applied by vLLM."""
     enforce_eager: bool = True
     """Eager execution (no CUDA graphs / torch.compile): faster start, and the only mode the CPU build runs well."""
     sync_tolerance: float = Field(0.05, gt=0.0)
@@ -145,6 +149,8 @@ class VLLMEngine:
         kwargs: dict[str, Any] = {}
         if cfg.kv_cache_gib is not None:
             kwargs["kv_cache_memory_bytes"] = int(cfg.kv_cache_gib * 2**30)
+        if cfg.quantization is not None:
+            kwargs["quantization"] = cfg.quantization
         if cfg.max_model_len is not None:
             kwargs["max_model_len"] = cfg.max_model_len
         self.llm = LLM(
