@@ -61,7 +61,9 @@ class VLLMConfig(StrictConfig):
     """Eager execution (no CUDA graphs / torch.compile): faster start, and the only mode the CPU build runs well."""
     sync_tolerance: float = Field(0.05, gt=0.0)
     """GRPO: largest mean |engine - trainer| log-probability gap (nats per token) of a step's sampled tokens; above
-    it the engine is serving other weights than the trainer's (a missed sync) and the step fails."""
+    it the engine is serving other weights than the trainer's (a missed sync) and the step fails. With
+    grpo.top_p < 1 the engine's log-probs are over the renormalised nucleus, which adds -log(nucleus mass) to the
+    gap: raise this accordingly."""
 
 
 def served_lora_rank(rank: int) -> int:

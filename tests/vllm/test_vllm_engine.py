@@ -14,9 +14,12 @@ from essaflow.config import load_config
 from essaflow.essa.replica import decode_fitness
 from essaflow.essa.scorer import CandidateScorer
 from essaflow.essa.trainer import scoring_spec
+from essaflow.generation.prompt_format import PromptFormat
+from essaflow.generation.sampling import TransformersGenerator, VLLMGenerator
 from essaflow.grpo.comm import WorkerInfo
 from essaflow.grpo.engine import StaleEngineError
 from essaflow.grpo.loop import Learner
+from essaflow.model.loading import load_model_with_adapter, resolve_model_path
 from essaflow.training.warm_start import cached_sft_adapter, evaluate_adapter, prepare_splits
 
 pytestmark = pytest.mark.vllm
@@ -112,3 +115,19 @@ def test_grpo_engine_follows_the_trainer_and_a_skipped_sync_is_caught(sft):
     learner.step(splits.train, slots, 2)  # its update never reaches the engine
     with pytest.raises(StaleEngineError, match="missed policy sync"):
         learner.step(splits.train, slots, 3)
+
+
+def test_both_engines_see_the_same_prompts_stops_and_truncation(sft):
+    """A system prompt rendered by prompt_format, every EOS a stop id, the cap read as truncation: greedy texts and
+    truncation flags of vLLM are transformers' (a cap of 2 new tokens truncates the longer answers)."""
+    cfg, splits, adapter = sft
+    fmt = PromptFormat(system_prompt="7+1=8")
+    model, tok = load_model_with_adapter(cfg.model, adapter)
+    hf = TransformersGenerator(model, tok, 64, fmt)
+    engine = VLLMGenerator(resolve_model_path(cfg.model.name_or_path), cfg.model.dtype, cfg.sampling.vllm, fmt,
+                           str(adapter), cfg.model.lora_rank, tok)  # fmt: skip
+    prompts = [p.prompt for p in splits.eval[:32]]
+    for cap in (2, 6):
+        a, b = (g.sample(prompts, n=1, temperature=0.0, max_new_tokens=cap) for g in (hf, engine))
+        assert a.texts == b.texts and a.truncated == b.truncated, (cap, a, b)
+    assert 0 < a.truncated_share() < 1 or 0 < hf.sample(prompts, 1, 0.0, 1.0, 2).truncated_share() < 1
