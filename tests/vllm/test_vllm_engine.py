@@ -109,6 +109,7 @@ def test_grpo_engine_follows_the_trainer_and_a_skipped_sync_is_caught(sft):
     first = learner.step(splits.train, slots, 0)  # then synced
     second = learner.step(splits.train, slots, 1)
     assert first.engine_logprob_gap < 1e-4 and second.engine_logprob_gap < 1e-4, (first, second)
+    print(f"engine/trainer log-prob gap after a sync: {first.engine_logprob_gap:.2e}, {second.engine_logprob_gap:.2e}")
     assert learner.engine.syncs == 3  # the start and after each step
     assert first.grad_norm > 0
     learner.engine.sync = lambda model: None  # fault injection: the next sync does not happen
