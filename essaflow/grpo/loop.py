@@ -32,18 +32,25 @@ import torch.distributed as dist
 
 from essaflow.config import PipelineConfig, changed_trajectory, method_trajectory
 from essaflow.data.schema import Problem
-from essaflow.generation.sampling import TransformersGenerator
+from essaflow.generation.sampling import TransformersGenerator, resolve_backend
 from essaflow.grpo import checkpoint as ckpt
 from essaflow.grpo.advantages import group_advantages
 from essaflow.grpo.comm import CommCounter, WorkerInfo
 from essaflow.grpo.config import resolved_sharding
+from essaflow.grpo.engine import PolicyEngine, logprob_gap
 from essaflow.grpo.losses import policy_loss, resolve_clip
 from essaflow.grpo.metrics import StepMeter, StepMetrics
 from essaflow.grpo.minibatch import frozen_logprobs, global_counts, micro_batches, mini_batch_rows
 from essaflow.grpo.rollout import collect, token_logprobs, worker_slots
 from essaflow.grpo.sharding import DataParallel, process_group, wrap
 from essaflow.judging.evaluation import greedy_accuracy
-from essaflow.model.loading import load_adapter, load_base_model, load_tokenizer, save_adapter_atomic
+from essaflow.model.loading import (
+    load_adapter,
+    load_base_model,
+    load_tokenizer,
+    resolve_model_path,
+    save_adapter_atomic,
+)
 from essaflow.storage.atomic_dir import atomic_dir
 
 
@@ -140,6 +147,8 @@ class Learner:
     scheduler: Any
     ref_model: torch.nn.Module | None
     comm: CommCounter
+    engine: PolicyEngine | None = None
+    """The rank's vLLM engine (sampling.backend=vllm, grpo/engine.py); None: rollouts on the model's generate."""
 
     @classmethod
     def build(cls, cfg: PipelineConfig, start: Path, resume: Path | None, info: WorkerInfo) -> Learner:
@@ -152,7 +161,14 @@ class Learner:
         params = [p for p in model.parameters() if p.requires_grad]  # fsdp: this rank's float32 shards
         optimizer, scheduler = make_optimizer(cfg, params)
         tok = load_tokenizer(cfg.model)
-        return cls(cfg, info, tok, model, dp, params, optimizer, scheduler, ref_model, comm)
+        engine = None
+        if resolve_backend(cfg.sampling.backend) == "vllm":
+            path = resolve_model_path(cfg.model.name_or_path)
+            m = cfg.model
+            engine = PolicyEngine(path, m.dtype, cfg.sampling.vllm, cfg.grpo.parameters, m.lora_rank)
+            with dp.gathered():
+                engine.sync(model)  # the start (or the resumed weights) before the first rollout
+        return cls(cfg, info, tok, model, dp, params, optimizer, scheduler, ref_model, comm, engine)
 
     @property
     def trainable_bytes(self) -> int:
@@ -170,8 +186,10 @@ class Learner:
         with self.dp.gathered():
             batch = collect(
                 self.model, self.tokenizer, train, slots, step, g, self.cfg.eval.reward, self.max_new_tokens,
-                self.cfg.data.prompt_format(),
+                self.cfg.data.prompt_format(), self.engine,
             )  # fmt: skip
+        if self.engine is not None:
+            self.engine.after_rollout()
         # advantages: the estimator by name, then the focal weight (1 - mu_hat)^gamma, once for every loss
         adv = group_advantages(batch.rewards, batch.correct, g.advantage, g.std_mode, g.adv_eps, g.gamma)
         advantages = adv.advantages.reshape(-1)
@@ -181,7 +199,7 @@ class Learner:
             None if g.mini_batches == 1 else frozen_logprobs(self.model, batch, g.temperature, g.micro_batch_size)
         )
         clip, grad_norm = resolve_clip(g.loss, g.clip_eps_low, g.clip_eps_high), 0.0
-        for rows in mini_batch_rows(batch, g.prompts_per_step, g.mini_batches):
+        for m_idx, rows in enumerate(mini_batch_rows(batch, g.prompts_per_step, g.mini_batches)):
             num_tokens, num_seqs = global_counts(batch, rows, info, self.comm)
             self.optimizer.zero_grad(set_to_none=True)
             pieces = micro_batches(rows, g.micro_batch_size)
@@ -202,13 +220,22 @@ class Learner:
                     )  # fmt: skip
                     (out.loss * info.world_size).backward()  # undo the ranks' averaging: the sum is the global gradient
                     sums.add_loss(out, entropy, mask, g.mini_batches)
+                    if batch.engine_logp is not None and m_idx == 0:  # before any update: the sampling policy
+                        gap, count = logprob_gap(logp, batch.engine_logp[r], mask)
+                        sums.gap, sums.gap_tokens = sums.gap + gap, sums.gap_tokens + count
             # optimiser step: AdamW on the clipped gradient, once per global mini-batch
             grad_norm = self.dp.clip_grad_norm(self.params, g.grad_clip)
             self.optimizer.step()
         lr = self.scheduler.get_last_lr()[0]
         self.scheduler.step()
         frozen_passes = (old_logp is not None) + (ref_logp is not None)
-        return meter.finish(step + 1, sums, batch, grad_norm, lr, frozen_passes, self.trainable_bytes)
+        metrics = meter.finish(step + 1, sums, batch, grad_norm, lr, frozen_passes, self.trainable_bytes)
+        if self.engine is not None:
+            # the gap is all-reduced: every rank fails together when the engine sampled from stale weights
+            self.engine.check(metrics.engine_logprob_gap or 0.0)
+            with self.dp.gathered():
+                self.engine.sync(self.model)  # the updated policy, before the next rollout
+        return metrics
 
     def held_out(self, problems: list[Problem]) -> float | None:
         """Held-out greedy accuracy, decoded by rank 0 (every rank calls: fsdp gathers the weights first)."""

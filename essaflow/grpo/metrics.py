@@ -50,6 +50,10 @@ class StepSums:
     """Wall seconds of the step up to the metrics' all-reduce, summed over ranks."""
     ranks: float = 1.0
     """1 per rank: the world size once summed."""
+    gap: float = 0.0
+    """Sum over sampled tokens of |trainer - engine| log-probability (vLLM rollouts; grpo/engine.py)."""
+    gap_tokens: float = 0.0
+    """Tokens that sum covers (0: the transformers engine sampled, no gap to report)."""
 
     @classmethod
     def of(cls, batch: RolloutBatch, adv: GroupAdvantages) -> StepSums:
@@ -121,6 +125,9 @@ class StepMetrics:
     aux_bytes: int = 0
     trainable_bytes: int = 0
     eval_greedy: float | None = None
+    engine_logprob_gap: float | None = None
+    """Mean |trainer - engine| log-probability per sampled token, before the step's update (sampling.backend=vllm;
+    absent on transformers): ~1e-6 when the engine serves the trainer's weights (grpo/engine.py)."""
 
     @classmethod
     def from_sums(cls, step: int, s: StepSums) -> StepMetrics:
@@ -146,6 +153,7 @@ class StepMetrics:
             backward_tokens=int(s.backward_tokens),
             device_s=round(s.device_s, 4),
             wall_s_mean=round(s.wall_s / max(s.ranks, 1.0), 4),
+            engine_logprob_gap=s.gap / s.gap_tokens if s.gap_tokens else None,
         )
 
     def as_row(self) -> dict:

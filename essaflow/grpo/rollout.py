@@ -129,6 +129,8 @@ class RolloutBatch:
     gen_tokens: int = 0
     gen_s: float = 0.0
     retried_groups: int = 0
+    engine_logp: torch.Tensor | None = None
+    """[B, C] the vLLM engine's log-prob of each completion token (sampling.backend=vllm), for the sync check."""
 
     @property
     def group_size(self) -> int:
@@ -188,13 +190,16 @@ def overlong_penalty(lengths: torch.Tensor, max_len: int, buffer: int) -> torch.
 
 
 def _draw_groups(
-    model, tokenizer, problems, keys, s: GRPOConfig, reward: str, max_new_tokens: int, fmt: PromptFormat | None
-) -> tuple[Rollout, torch.Tensor, torch.Tensor]:
-    """Sample G per problem; returns the draw and [groups, G] correctness and shaped rewards."""
+    model, tokenizer, problems, keys, s: GRPOConfig, reward: str, max_new_tokens: int, fmt: PromptFormat | None,
+    engine=None,
+) -> tuple[Rollout, torch.Tensor, torch.Tensor]:  # fmt: skip
+    """Sample G per problem (on `engine`, a grpo.engine.PolicyEngine, when given); returns the draw and [groups, G]
+    correctness and shaped rewards."""
     g = s.group_size
     prompts = [p.prompt for p in problems for _ in range(g)]
     row_keys = hash_keys(keys[:, None], torch.arange(g)[None, :]).reshape(-1)
-    draw = sample(model, tokenizer, prompts, row_keys, s.temperature, s.top_p, max_new_tokens, fmt)
+    draw_fn = sample if engine is None else engine.draw
+    draw = draw_fn(model, tokenizer, prompts, row_keys, s.temperature, s.top_p, max_new_tokens, fmt)
     fn = get_reward(reward)
     answers = [p.answer for p in problems for _ in range(g)]
     correct = torch.tensor([fn(t, a) for t, a in zip(draw.texts, answers)], dtype=torch.float32)
@@ -213,12 +218,14 @@ def collect(
     reward: str,
     max_new_tokens: int,
     fmt: PromptFormat | None = None,
+    engine=None,
 ) -> RolloutBatch:
     """This worker's groups for `step`: sample, reward, (dynamic sampling).
 
     `s` is the run's grpo section; `reward` names the verifier (eval.reward) and `max_new_tokens` is the resolved
     completion cap (grpo.max_new_tokens, else sampling.max_new_tokens); `fmt` renders prompts (data.chat_template,
-    data.system_prompt) exactly as SFT and evaluation do.
+    data.system_prompt) exactly as SFT and evaluation do; `engine` (grpo.engine.PolicyEngine, sampling.backend=vllm)
+    samples instead of the model's own `generate`, and its log-probabilities come back in `engine_logp`.
 
     Dynamic sampling (DAPO sec. 3.2), when on, retries each zero-variance group with another problem for that
     slot, up to `dynamic_sampling_rounds` times. Groups still uniform afterwards are kept (their advantage is
@@ -230,7 +237,7 @@ def collect(
     problems = [train[index[j]] for j in slots]
     slot_t = torch.tensor(slots, dtype=torch.int64)
     draw, correct, rewards = _draw_groups(
-        model, tokenizer, problems, hash_keys(s.seed, step, slot_t, 0), s, reward, max_new_tokens, fmt
+        model, tokenizer, problems, hash_keys(s.seed, step, slot_t, 0), s, reward, max_new_tokens, fmt, engine
     )
     g = s.group_size
     uniform_first = rewards.amax(1) == rewards.amin(1)
@@ -239,13 +246,16 @@ def collect(
         "prompt_mask": [draw.prompt_mask],
         "completion": [draw.completion_ids],
         "cmask": [draw.completion_mask],
+        "engine_logp": [_engine_logp(draw)],
     }
     rows = torch.arange(len(slots) * g).view(-1, g)  # row index of each (group, sample) into the pieces
     retried = 0
     if s.dynamic_sampling:
-        draws = _DrawSet(model, tokenizer, s, reward, max_new_tokens, parts, rows, correct, rewards, fmt)
+        draws = _DrawSet(model, tokenizer, s, reward, max_new_tokens, parts, rows, correct, rewards, fmt, engine)
         retried = draws.resample_uniform(train, slots, slot_t, step)
-    width, prompt_ids, prompt_mask, completion, cmask = _assemble(parts, rows.reshape(-1), tokenizer.pad_token_id)
+    width, prompt_ids, prompt_mask, completion, cmask, engine_logp = _assemble(
+        parts, rows.reshape(-1), tokenizer.pad_token_id
+    )
     truncated = ~is_stop(completion, model_stop_ids(model, tokenizer)).any(dim=1)
     loss_mask = cmask.float()
     if s.overlong_filter:  # DAPO overlong filtering: truncated completions carry no loss
@@ -264,7 +274,15 @@ def collect(
         gen_tokens=int(cmask.sum()),
         gen_s=time.perf_counter() - start,
         retried_groups=retried,
+        engine_logp=engine_logp if engine is not None else None,
     )
+
+
+def _engine_logp(draw: Rollout) -> torch.Tensor:
+    """The engine's log-probs of the draw's tokens, zeros where the transformers engine drew it."""
+    if draw.engine_logprobs is not None:
+        return draw.engine_logprobs
+    return torch.zeros(draw.completion_ids.shape, dtype=torch.float32)
 
 
 def _assemble(parts: dict[str, list[torch.Tensor]], order: torch.Tensor, pad: int):
@@ -276,7 +294,8 @@ def _assemble(parts: dict[str, list[torch.Tensor]], order: torch.Tensor, pad: in
 
     prompt_ids = left_pad(parts["prompt_ids"], pad)[order]
     prompt_mask = left_pad(parts["prompt_mask"], 0)[order]
-    return width, prompt_ids, prompt_mask, torch.cat(parts["completion"])[order], torch.cat(parts["cmask"])[order]
+    completion, cmask = torch.cat(parts["completion"])[order], torch.cat(parts["cmask"])[order]
+    return width, prompt_ids, prompt_mask, completion, cmask, torch.cat(parts["engine_logp"])[order]
 
 
 @dataclass
@@ -293,6 +312,7 @@ class _DrawSet:
     correct: torch.Tensor
     rewards: torch.Tensor
     fmt: PromptFormat | None = None
+    engine: object = None
 
     def resample_uniform(self, train: list[Problem], slots: list[int], slot_t: torch.Tensor, step: int) -> int:
         """Redraw each zero-variance group with another problem for its slot, up to dynamic_sampling_rounds
@@ -307,9 +327,10 @@ class _DrawSet:
             alt = [train[replacement_index(s.seed, step, slots[i], round_, len(train))] for i in todo]
             keys = hash_keys(s.seed, step, slot_t[todo], round_)
             d2, c2, r2 = _draw_groups(
-                self.model, self.tokenizer, alt, keys, s, self.reward, self.max_new_tokens, self.fmt
+                self.model, self.tokenizer, alt, keys, s, self.reward, self.max_new_tokens, self.fmt, self.engine
             )
-            for name, piece in zip(self.parts, (d2.prompt_ids, d2.prompt_mask, d2.completion_ids, d2.completion_mask)):
+            pieces = (d2.prompt_ids, d2.prompt_mask, d2.completion_ids, d2.completion_mask, _engine_logp(d2))
+            for name, piece in zip(self.parts, pieces):
                 self.parts[name].append(piece)
             for k, i in enumerate(todo):  # keep the newest draw of the slot
                 self.correct[i], self.rewards[i] = c2[k], r2[k]

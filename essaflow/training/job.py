@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 from essaflow.config import PipelineConfig
+from essaflow.generation.sampling import resolve_backend
 from essaflow.judging.evaluation import EvalReport
 from essaflow.model.tiny import cache_root
 from essaflow.storage import open_store
@@ -90,6 +91,7 @@ def run_training_job(cfg: PipelineConfig) -> dict[str, Any]:
     evals = [m for m in result.metrics if "eval_greedy" in m]
     return {
         "method": label,
+        "engine": resolve_backend(cfg.sampling.backend),  # what generated: evaluation, ESSA scoring, GRPO rollouts
         **method_tags(cfg.method, cfg.essa, cfg.grpo),
         "before": _headline(before),
         "after": _headline(after),

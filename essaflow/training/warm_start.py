@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import tempfile
 from pathlib import Path
 
 import torch
@@ -26,12 +25,12 @@ from essaflow.generation.sampling import TransformersGenerator, VLLMGenerator, r
 from essaflow.judging.evaluation import EvalReport, evaluate
 from essaflow.model.loading import (
     attach_lora,
-    export_merged,
     load_base_model,
     load_model_with_adapter,
     load_tokenizer,
     model_identity,
     resolve_device,
+    resolve_model_path,
     save_adapter,
 )
 from essaflow.model.quantization import check_supported, quantize_base
@@ -124,20 +123,22 @@ def evaluate_adapter(
     sampling: SamplingConfig,
     fmt: PromptFormat | None = None,
 ) -> EvalReport:
-    """pass@k of base (+ adapter) on problems, with the sampling.backend engine (vLLM serves a merged copy).
+    """pass@k of base (+ adapter) on problems, with the sampling.backend engine.
 
     fmt: how prompts are rendered (data.prompt_format() of the run; None: the defaults), as in SFT and training.
 
     The transformers backend runs on a base quantised as model.quantization says (essaflow.model.quantization); vLLM
-    serves the merged full-precision copy (its own quantisation is out of scope here).
+    serves the full-precision base with the adapter as a LoRA request (one engine per process and checkpoint, so
+    the evaluations before and after training share it; its own quantisation is out of scope here).
     """
     if resolve_backend(sampling.backend) == "vllm":
         if model_cfg.quantization != "none":
             log.warning("model.quantization=%s is not applied by the vLLM backend", model_cfg.quantization)
-        with tempfile.TemporaryDirectory(prefix="essaflow-merged-") as tmp:
-            merged = export_merged(model_cfg, adapter_dir, Path(tmp) / "model")
-            generator = VLLMGenerator(str(merged), dtype=model_cfg.dtype, fmt=fmt)
-            return evaluate(generator, problems, eval_cfg, sampling)
+        generator = VLLMGenerator(
+            resolve_model_path(model_cfg.name_or_path), model_cfg.dtype, sampling.vllm, fmt,
+            str(adapter_dir) if adapter_dir else None, model_cfg.lora_rank, load_tokenizer(model_cfg),
+        )  # fmt: skip
+        return evaluate(generator, problems, eval_cfg, sampling)
     model, tok = load_model_with_adapter(model_cfg, adapter_dir)
     return evaluate_model(model, tok, problems, eval_cfg, sampling, fmt)
 
@@ -155,7 +156,9 @@ def evaluate_output(
     if output_kind == "lora":
         return evaluate_adapter(model_cfg, output_dir, problems, eval_cfg, sampling, fmt)
     if resolve_backend(sampling.backend) == "vllm":
-        return evaluate(VLLMGenerator(str(output_dir), dtype=model_cfg.dtype, fmt=fmt), problems, eval_cfg, sampling)
+        tok = load_tokenizer(model_cfg)
+        generator = VLLMGenerator(str(output_dir), model_cfg.dtype, sampling.vllm, fmt, tokenizer=tok)
+        return evaluate(generator, problems, eval_cfg, sampling)
     from transformers import AutoModelForCausalLM
 
     device = resolve_device(model_cfg.device)

@@ -21,7 +21,8 @@ def tiny_sft():
     """builtin:tiny with a short SFT warm start (cached by hash in the session cache), the eval split as prompts.
 
     1024 held-out problems: a point is 10 answers, so the bound is not at the mercy of two or three flips."""
-    cfg = load_config(None, ["sft.steps=120", "data.eval_size=1024", "data.eval_fraction=0.2", "sampling.max_new_tokens=6"])
+    sets = ["sft.steps=120", "data.eval_size=1024", "data.eval_fraction=0.2", "sampling.max_new_tokens=6"]
+    cfg = load_config(None, sets)
     splits = prepare_splits(cfg.data)
     adapter = cached_sft_adapter(cfg.model, cfg.sft, splits, cfg.data.prompt_format())
     spec = dataclasses.replace(
