@@ -20,6 +20,9 @@ from essaflow.config import PipelineConfig
 from essaflow.refs import AdapterRef, DatasetRef, EvalRef, ModelRef, PipelineResult, RegisteredRef, RunRef
 from essaflow.storage import open_store
 from essaflow.timing import Timer
+from essaflow.training import lease
+from essaflow.training.crashed import mark_crashed
+from essaflow.training.nothing_new import OUTCOME_TAG, TRAINED
 from essaflow.training.resume import record_run, resolve_run_id
 from essaflow.training.run import method_tags
 from tasks import failures
@@ -68,6 +71,8 @@ def open_run(config: PipelineConfig, resume: str | None = None) -> RunRef:
 
     The run id is the flow run's (a flow retry keeps it), or with `resume` (a run id, or `last` for the newest
     failed run of this pipeline) the id of the run to continue, once its recorded config is found compatible.
+    The run's lease is taken (essaflow/training/lease.py): a run another live process holds is refused. RUNNING
+    runs of the pipeline whose process died (stale lease) are marked FAILED first.
     No retries: an unreachable server or a rejected credential is reported at once, naming the URI.
     """
     timer = Timer()
@@ -80,10 +85,13 @@ def open_run(config: PipelineConfig, resume: str | None = None) -> RunRef:
         tracking.check_tracking(tracking_uri)
     store = open_store(storage_uri)
     with timer.part("storage"):
+        for crashed in mark_crashed(store, tracking_uri, config.name):
+            get_run_logger().warning("run %s: its process died (heartbeat stale); marked FAILED in MLflow", crashed)
         if resume:
             run_id = resolve_run_id(resume, store, tracking_uri, config)
             get_run_logger().info("resuming run %s from its newest checkpoint", run_id)
-        failures.RUN_IDS[str(flow_run.get_id())] = run_id
+        lease.acquire(store, run_id)  # a second process on this run id is refused here, naming the holder
+        failures.RUN_IDS[str(flow_run.get_id())] = run_id  # only a lease holder may mark the run failed
         record_run(store, run_id, config)
     # joining a cluster: its nodes can hold the training workers
     request = check_training_fits(config.method, config.essa, config.grpo, config.ray_address)
@@ -205,9 +213,11 @@ def close_run(
             "essaflow.aliases": ",".join(model.aliases),
             "essaflow.dataset_uri": dataset.uri,
             "essaflow.adapter_uri": adapter.uri,
+            OUTCOME_TAG: TRAINED,  # what the next run's "nothing new" check compares with
         },
     )
     tracking.finish_run(tracked(run))
+    lease.release(run.run_id)
     return PipelineResult(
         run_id=run.run_id,
         before=before.summary,
@@ -242,6 +252,12 @@ def close_run(
     )
 
 
+def end_evaluation(run: RunRef) -> None:
+    """An evaluation run ends: its MLflow run FINISHED, its lease given back."""
+    tracking.finish_run(tracked(run))
+    lease.release(run.run_id)
+
+
 def mark_failed(flow: Any, flow_run: Any, state: Any) -> None:
     """Flow hook: a failed or crashed pipeline run leaves its MLflow run FAILED (with the failure as a tag), not
     RUNNING forever, and ends its log with the failure's JSON line (the CLI prints the same one)."""
@@ -255,6 +271,7 @@ def mark_failed(flow: Any, flow_run: Any, state: Any) -> None:
     if run_id and flow.name == "finetune" and (failure is None or failure.resumable):
         resume = f"essaflow run <config> --resume {run_id} (or the finetune flow with parameter resume={run_id})"
     get_run_logger().error("%s", json.dumps(failures.failure_line(error, stage, run_id, resume)))
+    lease.release(run_id)  # a resume may start at once; a process that dies instead leaves it to expire
     uri = tracking.resolve_tracking_uri(cfg.get("tracking_uri") if isinstance(cfg, dict) else None)
     try:
         tracking.check_tracking(uri, timeout=2.0)
