@@ -168,4 +168,7 @@ class SkippedRun(BaseModel):
     mlflow_run_id: str
     tracking_uri: str
     storage_uri: str
+    stages: dict[str, float] = {}
+    """Wall seconds per stage up to the check (open_run, prepare_dataset, check_inputs)."""
     flow_s: float
+    """Flow wall time up to the skip."""

@@ -27,7 +27,7 @@ from essaflow.training.nothing_new import (
     unchanged_since,
 )
 from tasks.retry import retry_policy
-from tasks.run import record_stage, tracked
+from tasks.run import record_stage, stage_walls, tracked
 
 
 @task(name="check_inputs", task_run_name="check_inputs", **retry_policy(backoff_s=1), on_completion=[record_stage])
@@ -65,6 +65,7 @@ def skip_run(run: RunRef, checked: RunInputs) -> SkippedRun:
         description=run.run_id,
     )
     lease.release(run.run_id)
+    walls, _ = stage_walls(run.flow_run_id)
     return SkippedRun(
         reason=reason,
         run_id=run.run_id,
@@ -73,5 +74,6 @@ def skip_run(run: RunRef, checked: RunInputs) -> SkippedRun:
         mlflow_run_id=run.mlflow_run_id,
         tracking_uri=tracking.safe_uri(run.tracking_uri),
         storage_uri=run.storage_uri,
+        stages=walls,
         flow_s=round(time.time() - run.started_at, 2),
     )

@@ -134,7 +134,7 @@ def open_run(config: PipelineConfig, resume: str | None = None) -> RunRef:
     )
 
 
-def _stage_walls(flow_run_id: str | None) -> tuple[dict[str, float], set[str]]:
+def stage_walls(flow_run_id: str | None) -> tuple[dict[str, float], set[str]]:
     stages = _STAGES.pop(str(flow_run_id), {})
     return {k: v[0] for k, v in stages.items()}, {k for k, v in stages.items() if v[1] == "Cached"}
 
@@ -198,7 +198,7 @@ def close_run(
     create_markdown_artifact(
         _markdown(run, dataset, adapter, before, after, model), key="finetune-summary", description=run.run_id
     )
-    walls, cached = _stage_walls(run.flow_run_id)
+    walls, cached = stage_walls(run.flow_run_id)
     flow_s = round(time.time() - run.started_at, 2)
     parts: dict[str, float] = {"compute": 0.0, "storage": 0.0, "tracking": 0.0}
     for ref in (run, dataset, base, sft, adapter, before, after, model):
