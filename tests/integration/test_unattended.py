@@ -34,12 +34,15 @@ import yaml
 
 from essaflow import tracking
 from essaflow.training.lease import current_lease
-from tests.integration.pipeline_support import REPO, ensure_pool, prefect_cli, tiny
+from tests.integration.pipeline_support import REPO, prefect_cli, tiny
 
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("unattended")]
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("unattended"), pytest.mark.timeout(1800)]
 NAME = "unattended-test"
 INTERVAL_S = 5
 HEARTBEAT_S = 1.0  # a killed run's lease is stale 4 s after its last heartbeat
+#: the test deployments' pool, the one the worker polls: prefect.yaml's deployments (deployed too, for the alert) go to
+#: essaflow-process, where no worker runs their crons
+POOL = "essaflow-unattended"
 
 
 class Receiver(http.server.ThreadingHTTPServer):
@@ -98,10 +101,9 @@ def stack(pipeline_stack, tmp_path_factory) -> Iterator[SimpleNamespace]:
     receiver = Receiver()
     worker = None
     try:
-        ensure_pool(env)
-        worker = start_prefect_worker(
-            sd / "worker", env["PREFECT_API_URL"], "essaflow-process", extra_env=env, cwd=REPO
-        )
+        done = prefect_cli("work-pool", "create", POOL, "--type", "process", env=env)
+        assert done.returncode == 0, done.stdout + done.stderr
+        worker = start_prefect_worker(sd / "worker", env["PREFECT_API_URL"], POOL, extra_env=env, cwd=REPO)
         yield SimpleNamespace(env=env, receiver=receiver, worker=worker, store_uri=env["ESSAFLOW_STORAGE_URI"],
                               s3=pipeline_stack.s3, tmp=tmp_path_factory.mktemp("unattended"))  # fmt: skip
     finally:
@@ -131,7 +133,7 @@ def _finished(proc: subprocess.Popen, timeout: float = 600) -> tuple[int, dict, 
 
 
 def _deploy(env, name: str, params: dict, interval: int | None = None) -> None:
-    args = ["--no-prompt", "deploy", "flows/finetune.py:finetune_essa", "-n", name, "--pool", "essaflow-process",
+    args = ["--no-prompt", "deploy", "flows/finetune.py:finetune_essa", "-n", name, "--pool", POOL,
             "--tag", "essaflow", "--concurrency-limit", "1", "--params", json.dumps(params)]  # fmt: skip
     args += ["--interval", str(interval)] if interval else ["--empty-interval"]
     out = prefect_cli(*args, env=env)
