@@ -150,23 +150,32 @@ def _runs(env, deployment: str):
 
 
 def _stop_schedule(env, deployment: str) -> None:
-    """Pause the deployment and delete its runs that have not started (scheduled or waiting for the slot)."""
-    with _client(env) as c:
-        dep = c.read_deployment_by_name(f"finetune/{deployment}")
-        c.pause_deployment(dep.id)
-        for run in _runs(env, deployment):
-            if run.state and run.state.type.value == "SCHEDULED":
-                c.delete_flow_run(run.id)
+    """Delete the deployment: the server deletes its runs that have not started (scheduled or waiting for the slot);
+    the runs that ended stay. A busy server (sqlite on loaded cores) may answer 503: asked again."""
+    for attempt in range(10):
+        try:
+            with _client(env) as c:
+                c.delete_deployment(c.read_deployment_by_name(f"finetune/{deployment}").id)
+            return
+        except Exception:  # noqa: BLE001 - a 503 from the busy server; the last attempt raises
+            if attempt == 9:
+                raise
+            time.sleep(2)
 
 
 def _wait(condition, timeout: float, what: str, every: float = 1.0):
+    """Poll `condition` until it returns something true; a busy server's 503 in between is polled again."""
     deadline = time.monotonic() + timeout
+    last = None
     while time.monotonic() < deadline:
-        got = condition()
+        try:
+            got = condition()
+        except Exception as e:  # noqa: BLE001 - e.g. Prefect's sqlite server answering 503 on loaded cores
+            got, last = None, e
         if got:
             return got
         time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last error: {last})")
 
 
 @pytest.fixture(scope="module")
@@ -287,8 +296,8 @@ def test_a_failed_scheduled_run_and_the_crashed_one_reach_the_webhook(stack, kil
         _stop_schedule(stack.env, "unattended-broken")
     assert hit is not None, stack.receiver.bodies
     assert "Failed" in hit["subject"] and "unattended-broken" in hit["text"] and "no run 'no-such-run'" in hit["text"]
-    crashed = stack.receiver.wait_for("Crashed", 30)
-    assert crashed is not None and "unattended-kill" in crashed["text"], stack.receiver.bodies
+    crashed = stack.receiver.wait_for("of deployment unattended-kill", 30)
+    assert crashed is not None and "Crashed" in crashed["subject"], stack.receiver.bodies
     print(f"webhook: {hit['subject']!r} {time.monotonic() - t0:.0f}s after the schedule began; "
           f"crashed: {crashed['subject']!r}")  # fmt: skip
     assert os.environ.get("PREFECT_API_URL") != stack.env["PREFECT_API_URL"]  # this process was never pointed at it
