@@ -234,15 +234,13 @@ def _essa_config(**over) -> dict:
 @pytest.fixture(scope="module")
 def killed(stack, scheduled) -> SimpleNamespace:
     """A run of 6 generations killed with SIGKILL once its first checkpoint is in storage."""
-    from essaflow.storage import open_store
-
     cfg = _essa_config(essa={**tiny()["essa"], "generations": 6})
     _deploy(stack.env, "unattended-kill", {"config": cfg})
     out = prefect_cli("deployment", "run", "finetune/unattended-kill", env=stack.env)
     assert out.returncode == 0, out.stdout + out.stderr
     run = _wait(lambda: _runs(stack.env, "unattended-kill"), 30, "the flow run")[0]
     run_id = str(run.id)
-    store = open_store(stack.store_uri)
+    store = stack.s3.store(stack.store_uri.removeprefix(f"s3://{stack.s3.bucket}/"))  # this process's S3 client
     _wait(lambda: [k for k in store.list(f"runs/{run_id}/checkpoints") if k.endswith("manifest.json")], 600,
           "a checkpoint of the run", every=0.5)  # fmt: skip
     holder = current_lease(store, run_id)  # the process running the flow holds the run's lease
