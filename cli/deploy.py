@@ -5,16 +5,29 @@ from __future__ import annotations
 import os
 import time
 from typing import Annotated
+from urllib.parse import urlsplit
 
 import typer
 
 from cli.common import SERVICE_ENV, emit
+from flows.alerts import WEBHOOK_ENV
+
+
+def _where(url: str) -> str:
+    """scheme://host[:port] of a webhook: its path or query may be its secret (a chat webhook's token)."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.hostname}{f':{parts.port}' if parts.port else ''}"
 
 
 def deploy(
     pool: Annotated[str, typer.Option(help="process work pool the deployments use")] = "essaflow-process",
+    alert_webhook: Annotated[
+        str | None,
+        typer.Option(help="post to this URL when a deployed run fails or crashes (or ESSAFLOW_ALERT_WEBHOOK_URL)"),
+    ] = None,
 ) -> None:
-    """Create the process work pool if needed and deploy every deployment in prefect.yaml (PREFECT_API_URL)."""
+    """Create the process work pool if needed and deploy every deployment in prefect.yaml (PREFECT_API_URL); with
+    a webhook, the automation that alerts on a failed or crashed run (flows/alerts.py)."""
     import subprocess
     import sys
 
@@ -34,6 +47,11 @@ def deploy(
     done = subprocess.run([*prefect, "--no-prompt", "deploy", "--all"], cwd=PROJECT_DIR, env=env)
     if done.returncode != 0:
         raise typer.Exit(done.returncode)
-    emit(
-        {"deployed": "all", "pool": pool, "project": str(PROJECT_DIR), "wall_s": round(time.perf_counter() - start, 1)}
-    )
+    out = {"deployed": "all", "pool": pool, "project": str(PROJECT_DIR)}
+    webhook = alert_webhook or os.environ.get(WEBHOOK_ENV)
+    if webhook:
+        from flows.alerts import ALERT_AUTOMATION, define_alerts
+
+        automation_id = define_alerts(webhook)
+        out["alert"] = {"automation": ALERT_AUTOMATION, "id": str(automation_id), "webhook": _where(webhook)}
+    emit({**out, "wall_s": round(time.perf_counter() - start, 1)})

@@ -15,6 +15,10 @@ from cli.common import ConfigOpt, SetOpt, emit, fail, flow_logging, load, refuse
 from essaflow.config import PipelineConfig
 from essaflow.secrets import mask_passwords, uri_passwords_to_env
 
+ForceOpt = Annotated[
+    bool,
+    typer.Option(help="train even when the data snapshot, config and base model equal the last completed run's"),
+]
 ResumeOpt = Annotated[
     str | None,
     typer.Option(help="continue a failed run from its newest checkpoint: its run id, or 'last' (newest failed run)"),
@@ -107,12 +111,17 @@ def fail_unless_completed(state: Any, rerun: list[str], name_run: bool = True) -
 
 
 def finetune_summary(
-    cfg: PipelineConfig, progress: bool, resume: str | None = None, rerun: list[str] | None = None
+    cfg: PipelineConfig,
+    progress: bool,
+    resume: str | None = None,
+    rerun: list[str] | None = None,
+    force: bool = False,
 ) -> dict[str, Any]:
     """Run the finetune flow in this process (Prefect's temporary local API unless PREFECT_API_URL is set).
 
     On failure: the failed stage's error as one line on stderr and as the JSON line last on stdout, with the run id
     and the command that resumes it; exit status 1 (the traceback is in the run's log, not on the terminal).
+    A run with nothing new (essaflow/training/nothing_new.py) reports `state: skipped` and the reason.
     """
     start = time.perf_counter()
     service_env()
@@ -123,13 +132,15 @@ def finetune_summary(
     rerun = rerun or ["essaflow", "run"]
     try:
         with progress_bars(progress):
-            state = finetune(credentials_to_env(cfg), resume=resume, return_state=True)
+            state = finetune(credentials_to_env(cfg), resume=resume, force=force, return_state=True)
     except Exception as err:  # the orchestrator itself (e.g. Prefect's API did not start)
         fail(failures.describe(err), "orchestration", resume if resume and resume != "last" else None, rerun)
         raise  # not reached: fail() exits
     fail_unless_completed(state, rerun)
     result = state.result()
     wall = round(time.perf_counter() - start, 2)
+    if state.name == "Skipped":
+        return {**result.model_dump(), "wall_s": wall}
     out = result.model_dump()
     compute = out["parts"]["compute"]
     out["wall_s"] = wall
@@ -141,7 +152,8 @@ def finetune_summary(
     }
     keys = ["before", "after", "model_name", "model_version", "aliases", "tracking_uri", "storage_uri", "wall_s"]
     return (
-        {k: out[k] for k in keys}
+        {"state": "completed"}
+        | {k: out[k] for k in keys}
         | {"stages": out["stages"]}
         | {
             k: out[k]
@@ -166,6 +178,7 @@ def demo(
     set_: SetOpt = None,
     progress: Annotated[bool, typer.Option(help="progress bars on stderr")] = True,
     resume: ResumeOpt = None,
+    force: ForceOpt = False,
     verbose: bool = False,
 ) -> None:
     """The main job on the embedded default: the whole finetune flow (tiny model, synthetic data, local services)."""
@@ -177,7 +190,7 @@ def demo(
     cfg = load(config, set_, method=method)
     preflight(cfg)
     argv = ["demo", "--method", method, *(["-c", str(config)] if config else [])]
-    emit(finetune_summary(cfg, progress, resume, rerun_command(argv, set_)))
+    emit(finetune_summary(cfg, progress, resume, rerun_command(argv, set_), force))
 
 
 def run(
@@ -185,13 +198,14 @@ def run(
     set_: SetOpt = None,
     progress: Annotated[bool, typer.Option(help="progress bars on stderr")] = True,
     resume: ResumeOpt = None,
+    force: ForceOpt = False,
     verbose: bool = False,
 ) -> None:
     """Run the finetune flow locally: data -> pass@k -> SFT -> ESSA/F-GRPO -> pass@k -> MLflow registry."""
     flow_logging(verbose)
     cfg = load(config, set_)
     preflight(cfg)
-    emit(finetune_summary(cfg, progress, resume, rerun_command(["run", str(config)], set_)))
+    emit(finetune_summary(cfg, progress, resume, rerun_command(["run", str(config)], set_), force))
 
 
 def eval_(

@@ -178,3 +178,32 @@ class PipelineResult(BaseModel):
     """Flow wall time up to the final stage."""
     parts: dict[str, float]
     """Seconds inside stages spent on compute, storage and tracking; the rest of flow_s is orchestration."""
+
+
+class RunInputs(Ref):
+    """A run's inputs (essaflow/training/nothing_new.py) and, when they equal the last completed run's, why it skips."""
+
+    inputs: dict[str, str]
+    """{"data": data snapshot digest, "config": config digest, "base": base model identity}."""
+    skip_reason: str | None = None
+    """Set when nothing is new and the run is not forced: the run ends as skipped with this reason."""
+    same_as: str | None = None
+    """Run id of the last completed run with the same inputs."""
+
+
+class SkippedRun(BaseModel):
+    """What a run with nothing new reports (the CLI prints it as its last JSON line)."""
+
+    state: str = "skipped"
+    reason: str
+    run_id: str
+    same_as: str | None
+    """The last completed run whose inputs this one shares."""
+    inputs: dict[str, str]
+    mlflow_run_id: str
+    tracking_uri: str
+    storage_uri: str
+    stages: dict[str, float] = {}
+    """Wall seconds per stage up to the check (open_run, prepare_dataset, check_inputs)."""
+    flow_s: float
+    """Flow wall time up to the skip."""

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from prefect import flow
 
-from essaflow import tracking
 from essaflow.config import PipelineConfig
 from essaflow.refs import EvalRef
 from flows.parameters import EvaluateParams, without_uri_passwords
 from tasks.data import prepare_dataset
 from tasks.evaluation import evaluate_registered
-from tasks.run import mark_failed, open_run, tracked
+from tasks.run import end_evaluation, mark_failed, open_run
 
 
 @flow(name="evaluate", on_failure=[mark_failed], on_crashed=[mark_failed])
@@ -34,7 +33,7 @@ def evaluate_model(params: EvaluateParams = EvaluateParams()) -> EvalRef:
     dataset = prepare_dataset(params.data, run.storage_uri, params.eval.data)
     # config.eval: eval.reward=auto resolved from the data (the pipeline config does it)
     report = evaluate_registered(params.model_name, params.alias, dataset, config.eval, params.sampling, run)
-    tracking.finish_run(tracked(run))
+    end_evaluation(run)
     return report
 
 

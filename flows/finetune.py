@@ -4,12 +4,15 @@ same problems -> registry (the promotion gate).
 Each stage is a task that takes its own config sections and the references earlier stages returned, writes its
 artifact to storage and returns a small reference; a failed stage is retried (training resumes from its last
 checkpoint), and the same dataset config is a cache hit. A flow retry keeps the run
-id, and `resume` continues a failed run, so both pick up the run's newest checkpoint.
+id, and `resume` continues a failed run, so both pick up the run's newest checkpoint. A run whose data snapshot,
+config and base model equal those of the pipeline's last completed run ends after the dataset stage in a Completed
+state named Skipped (essaflow/training/nothing_new.py), unless `force`.
 """
 
 from __future__ import annotations
 
 from prefect import flow
+from prefect.states import Completed
 
 from essaflow.config import PipelineConfig
 from essaflow.refs import PipelineResult
@@ -17,6 +20,7 @@ from flows.parameters import ESSAPipelineConfig, FGRPOPipelineConfig, without_ur
 from tasks.champion import evaluate_champion
 from tasks.data import prepare_dataset, record_dataset
 from tasks.evaluation import evaluate
+from tasks.inputs import check_inputs, skip_run
 from tasks.model import build_base_model
 from tasks.register import register
 from tasks.run import close_run, mark_failed, open_run
@@ -24,18 +28,25 @@ from tasks.training import train, warm_start
 
 
 @flow(name="finetune", on_failure=[mark_failed], on_crashed=[mark_failed])
-def finetune(config: PipelineConfig = PipelineConfig(), resume: str | None = None) -> PipelineResult:
+def finetune(
+    config: PipelineConfig = PipelineConfig(), resume: str | None = None, force: bool = False
+) -> PipelineResult:
     """Fine-tune a LoRA adapter with ESSA or F-GRPO, evaluate pass@k before and after, register it in MLflow.
 
     Args:
         config: The pipeline config.
         resume: Continue a failed run from its newest checkpoint: its run id, or "last" (the newest failed run of
             this pipeline). Refused if the config differs in a field the run's trajectory depends on.
+        force: Train even when the data snapshot, config and base model equal the last completed run's.
     """
     config = without_uri_passwords(config)  # none in what Prefect stores, the run's record or MLflow
     run = open_run(config, resume)  # the run's record: the whole config; storage and MLflow checked before compute
     dataset = prepare_dataset(config.data, run.storage_uri, config.eval.data, config.model)  # model: token filter
     record_dataset(run, dataset)  # the snapshot read, as the MLflow run's dataset input
+    checked = check_inputs(config, dataset, run, may_skip=not (force or resume))
+    if checked.skip_reason:
+        skipped = skip_run(run, checked)
+        return Completed(name="Skipped", message=skipped.reason, data=skipped)
     base = build_base_model(config.model)
     before = evaluate(config.data, config.model, config.sampling, config.eval, dataset, None, "base", run)
     sft = warm_start(config.data, config.model, config.sft, config.adapter_uri, dataset, run)
@@ -55,25 +66,31 @@ def finetune(config: PipelineConfig = PipelineConfig(), resume: str | None = Non
 
 
 @flow(name="finetune", on_failure=[mark_failed], on_crashed=[mark_failed])
-def finetune_essa(config: ESSAPipelineConfig = ESSAPipelineConfig(), resume: str | None = None) -> PipelineResult:
+def finetune_essa(
+    config: ESSAPipelineConfig = ESSAPipelineConfig(), resume: str | None = None, force: bool = False
+) -> PipelineResult:
     """The finetune pipeline with ESSA: SFT warm start, then a search over the SVD-LoRA singular values.
 
     Args:
         config: configs/tiny-essa.yaml; what you change overrides it, as `essaflow run --set` does.
         resume: Continue a failed run from its newest checkpoint: its run id, or "last" (the newest failed run).
+        force: Train even when nothing is new since the last completed run (same data, config and base model).
     """
-    return finetune.fn(config.pipeline(), resume)
+    return finetune.fn(config.pipeline(), resume, force)
 
 
 @flow(name="finetune", on_failure=[mark_failed], on_crashed=[mark_failed])
-def finetune_fgrpo(config: FGRPOPipelineConfig = FGRPOPipelineConfig(), resume: str | None = None) -> PipelineResult:
+def finetune_fgrpo(
+    config: FGRPOPipelineConfig = FGRPOPipelineConfig(), resume: str | None = None, force: bool = False
+) -> PipelineResult:
     """The finetune pipeline with F-GRPO: SFT warm start, then focal-weighted GRPO.
 
     Args:
         config: configs/tiny-fgrpo.yaml; what you change overrides it, as `essaflow run --set` does.
         resume: Continue a failed run from its newest checkpoint: its run id, or "last" (the newest failed run).
+        force: Train even when nothing is new since the last completed run (same data, config and base model).
     """
-    return finetune.fn(config.pipeline(), resume)
+    return finetune.fn(config.pipeline(), resume, force)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,9 @@ from essaflow.input_check import require_model
 from essaflow.refs import AdapterRef, DatasetRef, EvalRef, ModelRef, PipelineResult, RegisteredRef, RunRef
 from essaflow.storage import open_store
 from essaflow.timing import Timer
+from essaflow.training import lease
+from essaflow.training.crashed import mark_crashed
+from essaflow.training.nothing_new import OUTCOME_TAG, TRAINED
 from essaflow.training.resume import record_run, resolve_run_id
 from essaflow.training.run import method_tags
 from tasks import failures
@@ -69,6 +72,8 @@ def open_run(config: PipelineConfig, resume: str | None = None) -> RunRef:
 
     The run id is the flow run's (a flow retry keeps it), or with `resume` (a run id, or `last` for the newest
     failed run of this pipeline) the id of the run to continue, once its recorded config is found compatible.
+    The run's lease is taken (essaflow/training/lease.py): a run another live process holds is refused. RUNNING
+    runs of the pipeline whose process died (stale lease) are marked FAILED first.
     No retries: an unreachable server or a rejected credential is reported at once, naming the URI.
     """
     timer = Timer()
@@ -82,10 +87,13 @@ def open_run(config: PipelineConfig, resume: str | None = None) -> RunRef:
         tracking.check_tracking(tracking_uri)
     store = open_store(storage_uri)
     with timer.part("storage"):
+        for crashed in mark_crashed(store, tracking_uri, config.name):
+            get_run_logger().warning("run %s: its process died (heartbeat stale); marked FAILED in MLflow", crashed)
         if resume:
             run_id = resolve_run_id(resume, store, tracking_uri, config)
             get_run_logger().info("resuming run %s from its newest checkpoint", run_id)
-        failures.RUN_IDS[str(flow_run.get_id())] = run_id
+        lease.acquire(store, run_id)  # a second process on this run id is refused here, naming the holder
+        failures.RUN_IDS[str(flow_run.get_id())] = run_id  # only a lease holder may mark the run failed
         record_run(store, run_id, config)
     # joining a cluster: its nodes can hold the training workers
     request = check_training_fits(config.method, config.essa, config.grpo, config.ray_address)
@@ -128,7 +136,7 @@ def open_run(config: PipelineConfig, resume: str | None = None) -> RunRef:
     )
 
 
-def _stage_walls(flow_run_id: str | None) -> tuple[dict[str, float], set[str]]:
+def stage_walls(flow_run_id: str | None) -> tuple[dict[str, float], set[str]]:
     stages = _STAGES.pop(str(flow_run_id), {})
     return {k: v[0] for k, v in stages.items()}, {k for k, v in stages.items() if v[1] == "Cached"}
 
@@ -211,7 +219,7 @@ def close_run(
     create_markdown_artifact(
         _markdown(run, dataset, adapter, before, after, model), key="finetune-summary", description=run.run_id
     )
-    walls, cached = _stage_walls(run.flow_run_id)
+    walls, cached = stage_walls(run.flow_run_id)
     flow_s = round(time.time() - run.started_at, 2)
     parts: dict[str, float] = {"compute": 0.0, "storage": 0.0, "tracking": 0.0}
     for ref in (run, dataset, base, sft, adapter, before, after, model):
@@ -227,9 +235,11 @@ def close_run(
             "essaflow.dataset_uri": dataset.uri,
             "essaflow.adapter_uri": adapter.uri,
             **{f"essaflow.data_filtered.{name}": str(n) for name, n in dataset.filtered.items()},
+            OUTCOME_TAG: TRAINED,  # what the next run's "nothing new" check compares with
         },
     )
     tracking.finish_run(tracked(run))
+    lease.release(run.run_id)
     return PipelineResult(
         run_id=run.run_id,
         before=before.summary,
@@ -269,6 +279,12 @@ def close_run(
     )
 
 
+def end_evaluation(run: RunRef) -> None:
+    """An evaluation run ends: its MLflow run FINISHED, its lease given back."""
+    tracking.finish_run(tracked(run))
+    lease.release(run.run_id)
+
+
 def mark_failed(flow: Any, flow_run: Any, state: Any) -> None:
     """Flow hook: a failed or crashed pipeline run leaves its MLflow run FAILED (with the failure as a tag), not
     RUNNING forever, and ends its log with the failure's JSON line (the CLI prints the same one)."""
@@ -282,6 +298,7 @@ def mark_failed(flow: Any, flow_run: Any, state: Any) -> None:
     if run_id and flow.name == "finetune" and (failure is None or failure.resumable):
         resume = f"essaflow run <config> --resume {run_id} (or the finetune flow with parameter resume={run_id})"
     get_run_logger().error("%s", json.dumps(failures.failure_line(error, stage, run_id, resume)))
+    lease.release(run_id)  # a resume may start at once; a process that dies instead leaves it to expire
     uri = tracking.resolve_tracking_uri(cfg.get("tracking_uri") if isinstance(cfg, dict) else None)
     try:
         tracking.check_tracking(uri, timeout=2.0)

@@ -178,6 +178,11 @@ class ArtifactStore(ABC):
     def put_json(self, key: str, obj: Any) -> str:
         return self.put_bytes(key, _dump_json(obj))
 
+    def create_json(self, key: str, obj: Any) -> bool:
+        """Write ``obj`` at ``key`` only if nothing is there (S3 ``If-None-Match: *``, a hard link on files): of two
+        writers racing for one key exactly one gets True. Leases (essaflow/training/lease.py) are built on it."""
+        return bool(self._put_if_absent(_clean_key(key), _dump_json(obj)))
+
     def get_json(self, key: str) -> Any:
         data = self.get_bytes(key)
         try:

@@ -19,12 +19,14 @@ from typing import Any
 
 from essaflow.config import ConfigError, PipelineConfig, changed_trajectory, method_trajectory, parse_config
 from essaflow.storage import MANIFEST, ArtifactStore, StorageError
+from essaflow.training.crashed import mark_crashed
 
 log = logging.getLogger(__name__)
 
 RUN_RECORD = "run.json"
 LAST = "last"
-"""`--resume last`: the newest FAILED MLflow run of the pipeline (config.name)."""
+"""`--resume last`: the newest FAILED MLflow run of the pipeline (config.name), a run whose process died included
+(essaflow/training/crashed.py)."""
 
 
 def record_prefix(run_id: str) -> str:
@@ -107,6 +109,8 @@ def last_failed_run(tracking_uri: str, name: str) -> str:
 
 def resolve_run_id(resume: str, store: ArtifactStore, tracking_uri: str, cfg: PipelineConfig) -> str:
     """The run id `resume` names (`last` or an id), checked against the config it was started with."""
+    if resume == LAST:  # a run killed outright is still RUNNING in MLflow: its stale lease says it died
+        mark_crashed(store, tracking_uri, cfg.name)
     run_id = last_failed_run(tracking_uri, cfg.name) if resume == LAST else resume.strip()
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", run_id):
         raise ConfigError(f"resume: {run_id!r} is not a run id (letters, digits, '-', '_', '.')")

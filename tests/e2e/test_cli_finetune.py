@@ -72,9 +72,19 @@ def test_run_prints_the_pipeline_summary_as_its_last_json_line(workdir, first_ru
     assert out["training"]["kind"] == "none" and out["training"]["usage"] == {} and out["training"]["wall_s"] == 0
 
 
-def test_a_second_run_hits_the_dataset_cache_and_meets_the_promotion_gate(workdir, first_run):
+def test_a_second_run_with_nothing_new_is_skipped_in_seconds_naming_the_run_it_matches(workdir, first_run):
     out, _ = essaflow(workdir, "run", "tiny.yaml", "--no-progress")
-    assert out["cached"] == ["prepare_dataset"]
+    assert out["state"] == "skipped" and out["same_as"] == first_run["run_id"] != out["run_id"]
+    assert f"nothing new since run {first_run['run_id']}" in out["reason"] and out["inputs"]["data"] in out["reason"]
+    assert set(out["stages"]) == {"open_run", "prepare_dataset", "check_inputs"}  # no model, no evaluation, no SFT
+    assert out["flow_s"] < first_run["flow_s"] / 2, (out["flow_s"], first_run["flow_s"])
+    print(f"skipped run: flow {out['flow_s']}s {out['stages']}, command {out['wall_s']}s "
+          f"(trained run: flow {first_run['flow_s']}s)")  # fmt: skip
+
+
+def test_a_forced_second_run_hits_the_dataset_cache_and_meets_the_promotion_gate(workdir, first_run):
+    out, _ = essaflow(workdir, "run", "tiny.yaml", "--no-progress", "--force")
+    assert out["state"] == "completed" and out["cached"] == ["prepare_dataset"]
     assert out["model_version"] == "2"
     # same data, same cached SFT adapter, same eval seed: an equal score does not dethrone the champion
     assert out["aliases"] == ["challenger"] and "does not beat v1" in out["decision"]
