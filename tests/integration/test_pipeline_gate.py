@@ -27,10 +27,10 @@ def _ray_disconnect_after():
         ray.shutdown()
 
 
-def _finetune(cfg: dict):
+def _finetune(cfg: dict, force: bool = False):
     from flows.finetune import finetune
 
-    return finetune(parse_config(cfg))
+    return finetune(parse_config(cfg), force=force)
 
 
 def test_the_flow_scores_the_champion_on_its_own_problems_and_records_the_evidence(stack_in_process, tmp_path):
@@ -39,8 +39,9 @@ def test_the_flow_scores_the_champion_on_its_own_problems_and_records_the_eviden
     assert first.aliases == ["champion"] and first.gate["verdict"] == "promote"
     assert first.gate["champion_scored"] == "none" and first.gate["n_problems"] == 16
 
-    # the same data, the cached SFT adapter, the same protocol: the champion's stored counts, a tie, kept
-    same = _finetune(tiny(name=name, method="none"))
+    # the same data, the cached SFT adapter, the same protocol (forced: nothing new would skip the run): the
+    # champion's stored counts, a tie, kept
+    same = _finetune(tiny(name=name, method="none"), force=True)
     assert same.gate["champion_scored"] == "stored counts" and same.gate["champion_version"] == first.model_version
     assert same.gate["diff"] == 0 and same.aliases == ["challenger"] and same.gate["verdict"] == "keep"
 

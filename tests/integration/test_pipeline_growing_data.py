@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import uuid
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -47,7 +48,7 @@ def _finetune(name: str, data_uri: str):
     return finetune(parse_config(tiny(name=name, method="none", data=data)))
 
 
-def test_a_grown_prefix_is_a_new_snapshot_and_old_eval_problems_stay_out_of_training(stack_in_process):
+def test_a_grown_prefix_is_a_new_snapshot_and_old_eval_problems_stay_out_of_training(stack_in_process, tmp_path):
     name = f"grow-{uuid.uuid4().hex[:6]}"
     prefix = f"shards-{name}"
     shards = stack_in_process.s3.store(prefix)
@@ -87,6 +88,18 @@ def test_a_grown_prefix_is_a_new_snapshot_and_old_eval_problems_stay_out_of_trai
     champion = c.get_model_version_by_alias(name, "champion")
     assert champion.version == ("2" if second.aliases == ["champion"] else "1")
     assert second.decision.startswith(second.aliases[0])
+    # ... on paired evidence: both scored on the second run's eval problems under one protocol
+    tags = c.get_model_version(name, "2").tags
+    assert (tags["essaflow.gate_verdict"] == "promote") == (second.aliases == ["champion"])
+    assert tags["essaflow.gate_champion_version"] == "1" and int(tags["essaflow.gate_n_problems"]) == len(new["eval"])
+    assert tags["essaflow.gate_champion_scored"] in ("re-evaluated", "stored counts")
+    low, diff, high = (float(tags[f"essaflow.gate_{k}"]) for k in ("ci_low", "diff", "ci_high"))
+    assert low <= diff <= high
+    evidence_file = c.download_artifacts(second.mlflow_run_id, "gate/evidence.json", str(tmp_path))
+    evidence = json.loads(Path(evidence_file).read_text())
+    assert evidence["diff"] == pytest.approx(diff, abs=1e-4) and evidence["n_problems"] == len(new["eval"])
+    assert "promotion-gate" in flow_run_artifacts(second.run_id)
+    print(f"gate: {tags['essaflow.gate_reason']} (champion {tags['essaflow.gate_champion_scored']})")
     print(f"first {first.after} {first.decision}; second {second.after} {second.decision}")
 
 
