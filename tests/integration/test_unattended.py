@@ -193,9 +193,9 @@ def scheduled(stack, deployed) -> SimpleNamespace:
     _deploy(stack.env, "unattended", {"config": _essa_config()}, interval=INTERVAL_S)
     t0 = time.monotonic()
 
-    def two_final():
+    def two_final():  # in the order they ran (the worker may start a later-scheduled run first)
         final = [r for r in _runs(stack.env, "unattended") if r.state and r.state.is_final()]
-        return final if len(final) >= 2 else None
+        return sorted(final, key=lambda r: r.start_time) if len(final) >= 2 else None
 
     final = _wait(two_final, 900, "a completed and a second final scheduled run", every=2)
     _stop_schedule(stack.env, "unattended")

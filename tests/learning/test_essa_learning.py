@@ -30,11 +30,12 @@ def local_ray():
 
 def test_short_run_raises_held_out_reward_on_the_tiny_model(tmp_path):
     """A small budget of the preset (2 seed-synchronised Ray workers, a black-box reward fitness: 60 generations x
-    16 candidates x 128 prompts, a sixth of the preset's budget) raises the held-out expected reward.
+    16 candidates x 128 prompts, a sixth of the preset's budget) raises the held-out greedy reward.
 
-    Held-out reward is measured exactly: the mean probability of the reference answer over the eval split, which
-    for exact match is the expected reward of one completion sampled at temperature 1 (pass@1), free of sampling
-    noise, so the assertion is about the search and not about evaluation luck.
+    The fitness is greedy accuracy on training minibatches; the held-out check is the same quantity on the 256
+    eval problems, deterministic (greedy decoding, no sampling noise), so the assertion is about the search and
+    not about evaluation luck. The exact expected reward at temperature 1 (the mean probability of the reference
+    answer) is printed beside it: a short greedy-fitness search need not move it.
     """
     cfg = load_config(
         Path(__file__).resolve().parents[2] / "configs" / "tiny-essa.yaml",
@@ -63,4 +64,8 @@ def test_short_run_raises_held_out_reward_on_the_tiny_model(tmp_path):
     before = scorer.score(0, np.zeros(scorer.ready()[0], np.float32), everything, 0)[1]
     after = scorer.score(0, np.load(result.output_dir / "essa_offsets.npy").astype(np.float32), everything, 0)[1]
     print(f"held-out expected reward (pass@1 at T=1) {before:.4f} -> {after:.4f}")
-    assert after > before + 0.005, f"held-out expected reward {before:.4f} -> {after:.4f}"
+    greedy = CandidateScorer(dataclasses.replace(held_out, fitness="accuracy", temperature=0.0))
+    g0 = greedy.score(0, np.zeros(greedy.ready()[0], np.float32), everything, 0)[1]
+    g1 = greedy.score(0, np.load(result.output_dir / "essa_offsets.npy").astype(np.float32), everything, 0)[1]
+    print(f"held-out greedy accuracy {g0:.4f} -> {g1:.4f}")
+    assert g1 >= g0 + 2 / len(splits.eval), f"held-out greedy {g0:.4f} -> {g1:.4f}: fewer than 2 more problems right"
