@@ -132,6 +132,8 @@ def test_report_in_the_bucket_has_every_run_and_the_projection(compare_run, pipe
     assert set(body["gate"]) == {m["name"] for m in METHODS}
     # the registry's paired rule, seed by seed, against the SFT start on the same 16 problems
     for method, evidence in body["gate_evidence"].items():
+        shown = [f"{e['diff']:+.4f} [{e['ci_low']:+.4f}, {e['ci_high']:+.4f}] {e['verdict']}" for e in evidence]
+        print(f"gate {method}: {body['gate'][method]}; per seed: {'; '.join(shown)}")
         assert len(evidence) == 2 and all(e["n_problems"] == 16 and e["champion_version"] == "sft" for e in evidence)
         assert body["gate"][method].startswith(("would promote", "would not promote", "mixed"))
 
