@@ -318,7 +318,11 @@ def part_fsdp2_bf16(steps: int, device: str, hidden: int, layers: int, seq: int,
     out: dict = {"hidden": hidden, "layers": layers, "seq": seq, "batch": batch, "lr": 1e-6}
     with tempfile.TemporaryDirectory() as d:
         backend = "nccl" if device == "cuda" else "gloo"
-        dist.init_process_group(backend, init_method=f"file://{d}/pg", rank=0, world_size=1)
+        owns = not dist.is_initialized()  # a one-member group this process already has (e.g. vLLM's) serves too
+        if owns:
+            dist.init_process_group(backend, init_method=f"file://{d}/pg", rank=0, world_size=1)
+        elif dist.get_world_size() != 1:
+            raise RuntimeError("fsdp2_bf16 runs on one rank; this process is in a larger process group")
         try:
             model = _llama(hidden, layers).to(device)
             out["parameters"] = sum(p.numel() for p in model.parameters())
@@ -337,7 +341,8 @@ def part_fsdp2_bf16(steps: int, device: str, hidden: int, layers: int, seq: int,
                 out["fsdp_peak_gib"] = round(torch.cuda.max_memory_allocated() / 1024**3, 2)
             del model
         finally:
-            dist.destroy_process_group()
+            if owns:
+                dist.destroy_process_group()
     plain = _llama(hidden, layers).to(device=device, dtype=torch.bfloat16)
     if device == "cuda":
         torch.cuda.empty_cache()

@@ -54,6 +54,8 @@ def define_alerts(webhook_url: str, tag: str = ALERT_TAG) -> UUID:
             expect={"prefect.flow-run.Failed", "prefect.flow-run.Crashed"},
             match={"prefect.resource.id": "prefect.flow-run.*"},
             match_related={"prefect.resource.role": "tag", "prefect.resource.id": f"prefect.tag.{tag}"},
+            # one bucket per flow run: each run's failure is judged (and alerted) on its own
+            for_each={"prefect.resource.id"},
             posture=Posture.Reactive,
             threshold=1,
         ),

@@ -133,6 +133,7 @@ class RunLease:
         """Stop the heartbeat and mark the lease released (the next process takes it at once)."""
         self._stop.set()
         _HELD.pop(self.run_id, None)
+        _GIVEN_BACK.add(self.record.token)  # ours even if the write below fails (storage down): no one holds it
         try:
             self._write(released=True, expires_at=time.time())
         except Exception as e:  # an unreleased lease expires on its own
@@ -141,6 +142,8 @@ class RunLease:
 
 #: run id -> the lease this process holds on it (a flow retry in the same process keeps its lease)
 _HELD: dict[str, RunLease] = {}
+#: tokens of the leases this process gave back: free to take again even if storage missed the release
+_GIVEN_BACK: set[str] = set()
 
 
 def acquire(store: ArtifactStore, run_id: str, heartbeat: float | None = None) -> RunLease:
@@ -149,7 +152,7 @@ def acquire(store: ArtifactStore, run_id: str, heartbeat: float | None = None) -
     newest = current_lease(store, run_id)
     if held is not None and newest is not None and newest.token == held.record.token:
         return held
-    if newest is not None and newest.live():
+    if newest is not None and newest.live() and newest.token not in _GIVEN_BACK:
         raise LeaseHeld(newest)
     now = time.time()
     beat = heartbeat or heartbeat_s()

@@ -125,9 +125,11 @@ def test_a_custom_run_started_from_the_form_completes_with_the_changed_field(pre
     print(f"browser: run {flow_run_id} created in {time.monotonic() - t0:.1f}s; screenshots: {created['screenshots']}")
     try:
         assert created["before"] == "2"  # the form showed the deployment's preset, not the library's 60
-        # sections titled by key, the ESSA deployment's form without F-GRPO's section
+        # sections titled by key (data twice: the training source and eval.data, the held-out one), the ESSA
+        # deployment's form without F-GRPO's section
         shown = created["sections"]
-        assert shown == {**dict.fromkeys(["data", "model", "essa"], 1), **dict.fromkeys(opts["sections"][3:], 0)}
+        titled = {"data": 2, "model": 1, "essa": 1}
+        assert shown == {**titled, **dict.fromkeys(opts["sections"][3:], 0)}
         log = tmp / "worker.log"
         with open(log, "w") as f:
             worker = subprocess.run(

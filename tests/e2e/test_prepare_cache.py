@@ -26,8 +26,8 @@ SCRIPT = textwrap.dedent(
 
     service_env()
     runs = []
-    real = task_module.prepare_data
-    task_module.prepare_data = lambda *a: runs.append(1) or real(*a)  # counts task bodies that ran
+    real = task_module.read_run_data
+    task_module.read_run_data = lambda *a: runs.append(1) or real(*a)  # counts task bodies that ran
 
     from essaflow.config import DataConfig
     from flows.prepare import prepare

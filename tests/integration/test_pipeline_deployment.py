@@ -162,7 +162,8 @@ def test_bucket_holds_dataset_checkpoints_adapter_and_eval_with_valid_checksums(
     assert {"passk.json", "passk.png", "samples.jsonl.gz"} == set(store.read_manifest(f"{run}/eval/tuned")["files"])
     # nothing partial is visible: every object of this run belongs to a committed (manifested) artifact
     committed = {k.rsplit("/", 1)[0] for k in keys if k.endswith("/" + MANIFEST)}
-    orphans = [k for k in keys if k.startswith(run) and not any(k.startswith(c + "/") for c in committed)]
+    orphans = [k for k in keys if k.startswith(run) and not any(k.startswith(c + "/") for c in committed)
+               and not k.startswith(f"{run}/lease/")]  # fmt: skip  # the run's lease: coordination, not an artifact
     assert not orphans, orphans[:5]
 
 

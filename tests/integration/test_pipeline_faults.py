@@ -48,8 +48,9 @@ def _finetune(overrides: dict):
 
 
 def _committed_only(store, prefix: str) -> list[str]:
-    """Keys under prefix that belong to no committed artifact (no manifest in any parent)."""
-    keys = store.list(prefix)
+    """Keys under prefix that belong to no committed artifact (no manifest in any parent); a run's lease is
+    coordination, not an artifact."""
+    keys = [k for k in store.list(prefix) if "/lease/" not in k]
     committed = {k.rsplit("/", 1)[0] for k in keys if k.endswith("/" + MANIFEST)}
     return [k for k in keys if not any(k.startswith(c + "/") for c in committed)]
 
