@@ -146,13 +146,27 @@ _HELD: dict[str, RunLease] = {}
 _GIVEN_BACK: set[str] = set()
 
 
+def _holder_exited(record: LeaseRecord) -> bool:
+    """The holder ran on this machine and its process is gone (it could not release: storage was down, or it was
+    killed): the lease is free before it expires. A holder on another machine is judged by its expiry alone."""
+    if record.host != socket.gethostname() or record.pid == os.getpid():
+        return False
+    try:
+        os.kill(record.pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # alive, another user's
+        return False
+    return False
+
+
 def acquire(store: ArtifactStore, run_id: str, heartbeat: float | None = None) -> RunLease:
     """Take the lease of `run_id` (or keep the one this process holds); LeaseHeld if another process holds it."""
     held = _HELD.get(run_id)
     newest = current_lease(store, run_id)
     if held is not None and newest is not None and newest.token == held.record.token:
         return held
-    if newest is not None and newest.live() and newest.token not in _GIVEN_BACK:
+    if newest is not None and newest.live() and newest.token not in _GIVEN_BACK and not _holder_exited(newest):
         raise LeaseHeld(newest)
     now = time.time()
     beat = heartbeat or heartbeat_s()
