@@ -45,7 +45,7 @@ demo: $(STAMP)
 # server a test starts takes free ports, so the workers' stacks run side by side. TEST_WORKERS=0 runs serially.
 TEST_WORKERS ?= 2
 test: $(STAMP) browser
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --durations=25
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

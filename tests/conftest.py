@@ -21,12 +21,46 @@ from tests.support.servers import Server, timed_start  # noqa: E402
 
 torch.set_num_threads(1)
 
+#: The modules that take longest, slowest first (the durations `make test` prints). With `--dist loadfile
+#: --no-loadscope-reorder` the test workers take files in collection order, so the long ones start at once and the
+#: many short files fill in beside them, instead of one long file starting last and running alone.
+SLOWEST_FIRST = (
+    "tests/integration/test_unattended.py",
+    "tests/integration/multinode/test_pipelines_on_cluster.py",
+    "tests/integration/test_pipeline_resume.py",
+    "tests/e2e/test_recipe_rehearsals.py",
+    "tests/integration/test_essa_seedsync.py",
+    "tests/e2e/test_cli_finetune.py",
+    "tests/e2e/test_cli_stack.py",
+    "tests/integration/test_pipeline_deployment.py",
+    "tests/learning/test_essa_learning.py",
+    "tests/integration/test_compare_flow.py",
+    "tests/e2e/test_browser_ui_run.py",
+    "tests/integration/test_essa_ray.py",
+    "tests/integration/test_pipeline_faults.py",
+    "tests/learning/test_grpo_learning.py",
+    "tests/integration/test_gc.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Slowest modules first (SLOWEST_FIRST); the rest keep their order. Each module's tests stay together."""
+    rank = {path: i for i, path in enumerate(SLOWEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
+
 
 @pytest.fixture(scope="session", autouse=True)
 def _session_cache(tmp_path_factory):
-    """Cached SFT adapters and built models go to a per-session directory, never the user's cache."""
+    """Cached SFT adapters and built models go to a per-session directory, never the user's cache. The test workers
+    (pytest-xdist) share it, so an SFT start one worker trained serves the other: entries are content-keyed and
+    written atomically, so two workers filling one key at once both end with a whole copy."""
     if "ESSAFLOW_CACHE_DIR" not in os.environ:
-        os.environ["ESSAFLOW_CACHE_DIR"] = str(tmp_path_factory.mktemp("essaflow-cache"))
+        if os.environ.get("PYTEST_XDIST_WORKER"):  # basetemp is <session>/popen-gwN: the session dir is shared
+            shared = tmp_path_factory.getbasetemp().parent / "essaflow-cache"
+            shared.mkdir(exist_ok=True)
+            os.environ["ESSAFLOW_CACHE_DIR"] = str(shared)
+        else:
+            os.environ["ESSAFLOW_CACHE_DIR"] = str(tmp_path_factory.mktemp("essaflow-cache"))
     yield
 
 

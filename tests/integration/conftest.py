@@ -243,6 +243,17 @@ def pipeline_stack(prefect_server, mlflow_server, ray_head, seaweedfs) -> Pipeli
     return PipelineStack(prefect_server, mlflow_server, ray_head, seaweedfs, f"pipeline-{uuid.uuid4().hex[:8]}")
 
 
+@pytest.fixture(scope="module")
+def ray_disconnect_after():
+    """For modules whose flows run in this process: the Ray client connection they opened closes with the module,
+    so the next module connects afresh (to its own cluster, or the session's)."""
+    yield
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+
+
 @pytest.fixture
 def stack_in_process(pipeline_stack, monkeypatch) -> Iterator[PipelineStack]:
     """This test process talks to the stack: environment set, Prefect settings pointed at the server."""

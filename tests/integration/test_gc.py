@@ -24,16 +24,7 @@ from essaflow.training.resume import record_run
 from essaflow.training.warm_start import prepare_splits
 from tests.integration.pipeline_support import REPO, tiny
 
-pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _ray_disconnect_after():
-    yield
-    import ray
-
-    if ray.is_initialized():
-        ray.shutdown()
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_disconnect_after")]
 
 
 def _crashed_run(store, cfg, tracking_uri: str, tmp_path) -> str:

@@ -16,16 +16,7 @@ from essaflow.storage import MANIFEST, open_store
 from essaflow.training import run as training
 from tests.integration.pipeline_support import task_run_states, tiny
 
-pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _ray_disconnect_after():
-    yield
-    import ray
-
-    if ray.is_initialized():
-        ray.shutdown()
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_disconnect_after")]
 
 
 @pytest.fixture

@@ -15,16 +15,7 @@ from essaflow import tracking
 from essaflow.config import parse_config
 from tests.integration.pipeline_support import flow_run_artifacts, tiny
 
-pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _ray_disconnect_after():
-    yield
-    import ray
-
-    if ray.is_initialized():
-        ray.shutdown()
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_disconnect_after")]
 
 
 def _finetune(cfg: dict, force: bool = False):

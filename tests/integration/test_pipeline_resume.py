@@ -31,7 +31,7 @@ from essaflow.config import ConfigError, parse_config
 from essaflow.storage import MANIFEST, S3Store, open_store
 from tests.integration.pipeline_support import REPO, flow_run_logs, tiny
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_disconnect_after")]
 #: 4: a kill after checkpoint 1 or in checkpoint 2's upload, and a crash in generation 3, each leave generations to
 #: resume into
 GENERATIONS = 4
@@ -43,15 +43,6 @@ BACKOFF_SCALE = 0.1
 FAST_RETRY = {"ESSAFLOW_RETRY_BACKOFF_SCALE": str(BACKOFF_SCALE)}
 #: what only the runs meant to fail get: short task backoffs and a 2 s window per storage operation
 SHORT_WINDOWS = {**FAST_RETRY, "ESSAFLOW_S3_RETRY_TIMEOUT_S": "2"}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _ray_disconnect_after():
-    yield
-    import ray
-
-    if ray.is_initialized():
-        ray.shutdown()
 
 
 def _essaflow(args: list[str], env: dict[str, str], cwd) -> tuple[int, dict, str, float]:

@@ -56,8 +56,12 @@ TEXT = st.text(
 NAME = st.from_regex(r"[a-z][a-z0-9_]{0,8}", fullmatch=True)
 
 
+_SCRATCH = tempfile.TemporaryDirectory(prefix="essaflow-malformed-")  # removed when the test process exits
+
+
 def _workdir() -> Path:
-    return Path(tempfile.mkdtemp(prefix="essaflow-malformed-"))
+    """A fresh directory per hypothesis example (function-scoped fixtures are not reset between examples)."""
+    return Path(tempfile.mkdtemp(dir=_SCRATCH.name))
 
 
 @st.composite
