@@ -23,7 +23,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -134,7 +134,14 @@ class VLLMEngine:
     """
 
     def __init__(
-        self, model_dir: str, dtype: str, cfg: VLLMConfig, lora_rank: int = 8, seed: int = 0, sleep_mode: bool = False
+        self,
+        model_dir: str,
+        dtype: str,
+        cfg: VLLMConfig,
+        lora_rank: int = 8,
+        seed: int = 0,
+        sleep_mode: bool = False,
+        lora: bool = True,
     ):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # engine core in this process (module doc)
         # the CPU build would pin this process's threads to cores and disable torch.set_num_threads for good; the
@@ -155,13 +162,13 @@ class VLLMEngine:
             kwargs["quantization"] = cfg.quantization
         if cfg.max_model_len is not None:
             kwargs["max_model_len"] = cfg.max_model_len
+        if lora:  # LoRA wraps the linear layers; a full-parameter engine loads weights into plain ones
+            kwargs.update(max_loras=cfg.max_loras, max_lora_rank=served_lora_rank(max(lora_rank, cfg.max_lora_rank)))
         self.llm = LLM(
             model=model_dir,
             dtype=dtype,
             seed=seed,
-            enable_lora=True,
-            max_loras=cfg.max_loras,
-            max_lora_rank=served_lora_rank(max(lora_rank, cfg.max_lora_rank)),
+            enable_lora=lora,
             enable_prefix_caching=False,  # candidates share prompts, not weights (module doc)
             skip_tokenizer_init=True,  # ids in, ids out: the caller's HF tokenizer renders and decodes
             enforce_eager=cfg.enforce_eager,
@@ -221,9 +228,12 @@ class VLLMEngine:
         )
         return [_completion(o.outputs[0], logprobs) for o in outs]
 
-    def load_weights(self, named: Sequence[tuple[str, torch.Tensor]]) -> None:
-        """Full-parameter sync: HF-named tensors into the served model (vLLM maps fused q/k/v and gate/up)."""
-        self.llm.apply_model(lambda m: m.load_weights(iter(named)))
+    def load_weights(self, named: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Full-parameter sync: HF-named tensors into the served model, through vLLM's in-place reload (it maps
+        fused q/k/v and gate/up, and redoes the kernel-format processing after loading: the CPU build repacks its
+        linear weights, so a plain `load_weights` into the served layers fails). The engine core runs in this
+        process, so `named` may be a generator: one tensor is materialised at a time."""
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(named)})
         self.llm.reset_prefix_cache()
 
 

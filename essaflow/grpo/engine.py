@@ -5,8 +5,9 @@ With `sampling.backend: vllm` each rank owns one engine (colocated, as verl and 
 - Sync (`sync`): after the step's optimizer updates (so before every rollout) the policy reaches the engine. LoRA
   (grpo.parameters=lora): only the adapter tensors, written as a fresh LoRA adapter (rank padded, scaling folded:
   `vllm_engine.write_lora_adapter`); full parameters: every weight loaded into the served model (vLLM maps the HF
-  names onto its fused layers). On a GPU a full-parameter engine (its own, unshared) sleeps while the rank trains
-  (vLLM sleep mode: weights offloaded, KV cache dropped) and wakes for the sync.
+  names onto its fused layers), an FSDP rank gathering each weight from the shards as the engine reads it. On a GPU
+  a full-parameter engine (its own, unshared) sleeps while the rank trains (vLLM sleep mode: weights offloaded, KV
+  cache dropped) and wakes for the sync.
 - Sampling: one vLLM request per completion, seeded by the same (seed, step, slot, sample, round) hash that keys
   the transformers engine's Gumbel noise, so a completion does not depend on its batch or worker on either engine
   (the two engines draw different, equally distributed samples).
@@ -39,7 +40,7 @@ class PolicyEngine:
         self.rank = served_lora_rank(lora_rank)
         # a full-parameter engine's weights are the policy's: never shared with evaluation or another user
         self.engine = (
-            VLLMEngine(model_dir, dtype, cfg, lora_rank, sleep_mode=torch.cuda.is_available()) if parameters == "full"
+            VLLMEngine(model_dir, dtype, cfg, sleep_mode=torch.cuda.is_available(), lora=False) if parameters == "full"
             else shared_engine(model_dir, dtype, cfg, lora_rank)
         )  # fmt: skip
         self.adapter = None
@@ -53,7 +54,7 @@ class PolicyEngine:
             if previous is not None:
                 self.engine.forget(previous)
         else:
-            self.engine.load_weights([(name, p.detach()) for name, p in model.state_dict().items()])
+            self.engine.load_weights(full_weights(model))
         self.syncs += 1
 
     def draw(
@@ -100,6 +101,16 @@ class PolicyEngine:
                 "than the trainer holds (a missed policy sync)"
             )
         return gap
+
+
+def full_weights(model: torch.nn.Module):
+    """The model's HF-named weights, one whole tensor at a time: an FSDP shard (a DTensor) is gathered from every
+    rank as it is reached (a collective: every rank iterates in the same order), so a rank never holds more than one
+    gathered tensor beyond its shards."""
+    from torch.distributed.tensor import DTensor
+
+    for name, p in model.state_dict().items():
+        yield name, (p.full_tensor() if isinstance(p, DTensor) else p).detach()
 
 
 def logprob_gap(trainer_logp: torch.Tensor, engine_logp: torch.Tensor, mask: torch.Tensor) -> tuple[float, float]:
