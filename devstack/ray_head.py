@@ -6,7 +6,9 @@ import os
 from pathlib import Path
 
 from devstack.ports import LOCALHOST, free_ports
-from devstack.process import Service, base_env, python_module, start_process
+from devstack.process import Service, ServiceError, base_env, python_module, start_process
+
+START_ATTEMPTS = 3
 
 
 def ray_env(token_path: Path) -> dict[str, str]:
@@ -57,4 +59,28 @@ def start_ray_head(state_dir: Path, port: int, *, num_cpus: int = 2, timeout: fl
         "--disable-usage-stats",
         f"--temp-dir={temp_dir}",
     ]
-    return start_process("ray-head", argv, env, state_dir, port, url=f"{LOCALHOST}:{port}", timeout=timeout)
+    log_path = state_dir / "ray-head.log"
+    for attempt in range(START_ATTEMPTS):
+        since = log_path.stat().st_size if log_path.exists() else 0
+        try:
+            started = _runtime_started(log_path, since)
+            return start_process(
+                "ray-head", argv, env, state_dir, port, url=f"{LOCALHOST}:{port}", ready=started, timeout=timeout
+            )
+        except ServiceError as e:
+            # Ray gives its raylet a fixed 30 s to register; on a loaded machine it can miss that once
+            if "timed out during startup" not in str(e) or attempt == START_ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _runtime_started(log_path: Path, since: int):
+    """Ready once `ray start` logged that the node is up (the GCS port answers before the raylet registered, and
+    the head still exits if the raylet misses Ray's startup deadline)."""
+
+    def ready() -> bool:
+        with open(log_path, "rb") as f:
+            f.seek(since)
+            return b"Ray runtime started" in f.read()
+
+    return ready
