@@ -85,7 +85,8 @@ class GRPOConfig(StrictConfig):
     sharding: Literal["auto", "ddp", "fsdp"] = "auto"
     """How ranks hold the weights: ddp (each rank a full replica) or fsdp (FSDP2: parameters, gradients and
     optimizer state sharded over the ranks, float32 masters). auto = fsdp for parameters=full on 2 or more ranks,
-    else ddp (`resolved_sharding`). The loss is the same either way (docs/algorithms.md)."""
+    else ddp (`resolved_sharding`): LoRA stays on ddp unless fsdp is asked for, which shards the frozen base too (in
+    model.dtype; the factors are the float32 masters). The loss is the same either way (docs/algorithms.md)."""
     activation_checkpointing: bool = False
     """Recompute each decoder layer's activations in backward instead of storing them (less memory, about one
     more forward of compute); the same gradients either way."""
@@ -129,11 +130,6 @@ class GRPOConfig(StrictConfig):
         if self.prompts_per_step % share:
             raise ValueError(
                 f"prompts_per_step={self.prompts_per_step} must be a multiple of workers.count * mini_batches = {share}"
-            )
-        if self.sharding == "fsdp" and self.parameters == "lora":
-            raise ValueError(
-                "grpo.sharding=fsdp shards full-parameter training (grpo.parameters=full); a LoRA adapter is small "
-                "enough to replicate: use grpo.sharding=ddp (or auto)"
             )
         if self.workers.gpus is not None:
             raise ValueError("workers.gpus: F-GRPO ranks take one whole GPU each when grpo.device resolves to cuda")

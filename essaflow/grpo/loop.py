@@ -110,7 +110,8 @@ def output_name(parameters: str) -> str:
 def build_policy(cfg: PipelineConfig, start: Path, resume: Path | None, device: torch.device) -> torch.nn.Module:
     """The trainable policy: SFT LoRA adapter (trainable) on the base, or the merged SFT model (all weights)."""
     if cfg.grpo.parameters == "lora":
-        source = resume / "adapter" if resume else start
+        # an fsdp checkpoint holds no adapter directory: its shards load over the start's weights (restore)
+        source = resume / "adapter" if resume and (resume / "adapter").is_dir() else start
         model = load_adapter(load_base_model(cfg.model), source, trainable=True)
     elif resume is not None and (resume / "model").is_dir():  # fsdp shards load into the start's weights
         from transformers import AutoModelForCausalLM
@@ -260,6 +261,11 @@ class Learner:
         if self.dp.sharding == "ddp":
             if self.info.rank == 0:
                 save_adapter_atomic(self.model, out, self.tokenizer)
+            return
+        if self.cfg.grpo.parameters == "lora":  # the factors gathered from the shards; the base is not ours to save
+            factors = self.dp.trainable_weights()
+            if self.info.rank == 0:
+                save_adapter_atomic(self.model, out, self.tokenizer, state_dict=factors)
             return
         weights = self.dp.full_state_dict()  # every rank takes part; rank 0 receives the whole policy
         if self.info.rank != 0:

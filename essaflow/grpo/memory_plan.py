@@ -8,11 +8,14 @@ What a rank holds (docs/scaling.md, "Memory plan"):
   compute-dtype copies FSDP2 all-gathers: the root's (embeddings, final norm, LM head) for the whole step and two
   decoder layers at a time (the one computing and the one prefetched), and one layer's float32 gradient before its
   reduce-scatter.
+- lora: the frozen base in model.dtype (fsdp: 1/world of it), the factors in float32 as above;
 - both: the activations one micro-batch keeps for backward, and its logits. Activations per token and decoder layer
   are (10 h + 4 i) elements of model.dtype (h hidden, i MLP width: the norms' float32 inputs, q/k/v/o and the
   attention output with a fused SDPA kernel, the gated MLP's four i-wide tensors; the count of Korthikanti et al.,
   arXiv 2205.05198 sec. 4.1, for a SwiGLU layer without an s^2 attention term). The logits of the completion
   positions take model.dtype plus two float32 copies (the upcast and the saved log-softmax) per vocabulary entry.
+  With activation checkpointing a layer keeps only its input (h per token) and one layer's activations exist at a
+  time, while it is recomputed in backward.
 
 Rollout generation is another peak (its KV cache), reported beside the plan but not part of the verdict:
 `kv_cache_bytes`.
@@ -53,6 +56,8 @@ class Target:
     parameters: Literal["lora", "full"] = "full"
     lora_rank: int = 0
     lora_modules: tuple[str, ...] = ()
+    activation_checkpointing: bool = False
+    """grpo.activation_checkpointing: layers recompute their activations in backward."""
 
 
 @dataclass
@@ -98,7 +103,11 @@ def activation_bytes(arch: Architecture, t: Target) -> tuple[int, int]:
     """(decoder-layer activations, logits) one micro-batch keeps for its backward."""
     width = _BYTES[t.dtype]
     tokens = t.micro_batch * (t.prompt_tokens + t.completion_tokens)
-    layers = tokens * arch.layers * (10 * arch.hidden + 4 * arch.intermediate) * width
+    per_layer = 10 * arch.hidden + 4 * arch.intermediate
+    if t.activation_checkpointing:  # every layer's input, and one layer's activations while it is recomputed
+        layers = tokens * (arch.layers * arch.hidden + per_layer) * width
+    else:
+        layers = tokens * arch.layers * per_layer * width
     logits = t.micro_batch * (t.completion_tokens + 1) * arch.vocab * (width + 2 * 4)
     return layers, logits
 
@@ -116,7 +125,7 @@ def plan(arch: Architecture, sharding: Literal["ddp", "fsdp"], t: Target) -> Mem
     result = MemoryPlan(sharding, t, n)
     trained = n if t.parameters == "full" else lora_parameters(arch, t.lora_rank, t.lora_modules)
     if t.parameters == "lora":  # the frozen base in model.dtype; peft keeps the factors in float32
-        result.parts["frozen base"] = n * width
+        result.parts["frozen base"] = n * width if sharding == "ddp" else -(-n // t.world) * width
         width = 4
     if sharding == "fsdp":
         shard = -(-trained // t.world)
@@ -124,7 +133,8 @@ def plan(arch: Architecture, sharding: Literal["ddp", "fsdp"], t: Target) -> Mem
         result.parts["fp32 gradients"] = shard * 4
         result.parts["fp32 AdamW moments"] = shard * 8
         gathered = arch.outer_parameters() + 2 * arch.layer_parameters()
-        result.parts["gathered compute weights"] = gathered * _BYTES[t.dtype] + arch.layer_parameters() * 4
+        layer_grad = arch.layer_parameters() if t.parameters == "full" else -(-trained // arch.layers)
+        result.parts["gathered compute weights"] = gathered * _BYTES[t.dtype] + layer_grad * 4
     else:
         result.parts["weights"] = trained * width
         result.parts["gradients + DDP bucket"] = 2 * trained * width
@@ -185,6 +195,7 @@ def target_of(cfg: PipelineConfig) -> Target | None:
         parameters=g.parameters,
         lora_rank=cfg.model.lora_rank,
         lora_modules=tuple(cfg.model.target_modules),
+        activation_checkpointing=g.activation_checkpointing,
     )
 
 

@@ -3,6 +3,8 @@
 ddp   every rank holds the whole policy, its gradients and AdamW state in `model.dtype`; gradients are all-reduced.
 fsdp  FSDP2 (`torch.distributed.fsdp.fully_shard`) per decoder layer, then the root, on an explicit 1-D device mesh
       over all ranks: each rank keeps 1/W of the float32 master weights, their gradients and the AdamW state.
+      With LoRA (asked for: auto keeps LoRA on ddp) the factors are the float32 masters and the frozen base is
+      sharded too, in model.dtype.
       Forward and backward run in `model.dtype` (`MixedPrecisionPolicy(param_dtype=model.dtype,
       reduce_dtype=float32)`): a layer's weights are all-gathered in the compute dtype just before it runs and its
       gradients reduce-scattered in float32. Rollouts and held-out decodes run inside `DataParallel.gathered()`:
@@ -113,6 +115,15 @@ class DataParallel:
 
         return get_model_state_dict(self.module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
+    def trainable_weights(self) -> dict[str, torch.Tensor]:
+        """The trainable parameters whole, on CPU, by name (fsdp: each gathered from the shards in turn; every rank
+        takes part, in the same order). What a LoRA adapter saves."""
+        out = {}
+        for name, p in unwrap(self.module).named_parameters():
+            if p.requires_grad:
+                out[name] = (p.full_tensor() if hasattr(p, "full_tensor") else p).detach().cpu()
+        return out
+
     def memory(self, params: list[torch.nn.Parameter], optimizer: torch.optim.Optimizer) -> dict[str, int]:
         """This rank's bytes of parameters, gradients and optimizer state, counted from its own tensors (shards)."""
         model = unwrap(self.module)
@@ -148,12 +159,20 @@ def shard(model: torch.nn.Module, info: WorkerInfo, compute_dtype: torch.dtype) 
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    model.float()  # master weights, their gradients and AdamW state are float32 whatever model.dtype says
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    if len(trainable) == len(list(model.parameters())):
+        model.float()  # master weights, their gradients and AdamW state are float32 whatever model.dtype says
+    else:  # LoRA: the factors get float32 masters; the frozen base stays in model.dtype, sharded all the same
+        for p in trainable:
+            p.data = p.data.float()
     mesh = init_device_mesh(info.device.type, (info.world_size,))
     policy = MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32)
-    for layer in decoder_layers(model):
+    # peft: the root is the Hugging Face model inside, which both the adapter's forward and generate run through
+    root = model.get_base_model() if hasattr(model, "get_base_model") else model
+    for layer in decoder_layers(root):
         fully_shard(layer, mesh=mesh, mp_policy=policy)
-    return fully_shard(model, mesh=mesh, mp_policy=policy)
+    fully_shard(root, mesh=mesh, mp_policy=policy)
+    return model
 
 
 def wrap_ddp(model: torch.nn.Module, info: WorkerInfo, comm: CommCounter) -> torch.nn.Module:

@@ -167,10 +167,17 @@ def stable_adapter_config(out_dir: str | Path) -> None:
     path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
 
 
-def save_adapter(model: PeftModel, out_dir: str | Path, tokenizer: PreTrainedTokenizerBase | None = None) -> Path:
-    """Write adapter_config.json + adapter_model.safetensors (+ tokenizer) into out_dir."""
+def save_adapter(
+    model: PeftModel,
+    out_dir: str | Path,
+    tokenizer: PreTrainedTokenizerBase | None = None,
+    state_dict: dict[str, torch.Tensor] | None = None,
+) -> Path:
+    """Write adapter_config.json + adapter_model.safetensors (+ tokenizer) into out_dir.
+
+    `state_dict`: the adapter's tensors by the model's parameter names, when the model holds only shards of them."""
     out = Path(out_dir)
-    model.save_pretrained(out, safe_serialization=True)
+    model.save_pretrained(out, safe_serialization=True, state_dict=state_dict)
     stable_adapter_config(out)
     if tokenizer is not None:
         tokenizer.save_pretrained(out)
@@ -178,7 +185,10 @@ def save_adapter(model: PeftModel, out_dir: str | Path, tokenizer: PreTrainedTok
 
 
 def save_adapter_atomic(
-    model: PeftModel, dest_dir: str | Path, tokenizer: PreTrainedTokenizerBase | None = None
+    model: PeftModel,
+    dest_dir: str | Path,
+    tokenizer: PreTrainedTokenizerBase | None = None,
+    state_dict: dict[str, torch.Tensor] | None = None,
 ) -> Path:
     """`save_adapter` into a temporary sibling, manifest.json last, then swapped in as dest_dir.
 
@@ -186,7 +196,7 @@ def save_adapter_atomic(
     """
     dest = Path(dest_dir)
     with atomic_dir(dest) as tmp:
-        save_adapter(model, tmp, tokenizer)
+        save_adapter(model, tmp, tokenizer, state_dict)
     return dest
 
 

@@ -183,3 +183,27 @@ def test_one_rank_fsdp_checkpoint_resumes_on_two(root, fsdp2, tmp_path):
     later = [m["loss"] for m in fsdp2["metrics"][1:]]
     assert max(abs(a - b) for a, b in zip([m["loss"] for m in two["metrics"][1:]], later)) < TOL
     assert _max_diff(_weights(tmp_path / "two"), _weights(root / "fsdp2")) < TOL
+
+
+def test_lora_on_two_fsdp_ranks_takes_the_steps_of_one_process_and_resumes_from_its_shards(root, tmp_path):
+    """Asked for, fsdp shards a LoRA run too: the frozen base in model.dtype, the factors as float32 masters."""
+    lora = ("grpo.parameters=lora", "grpo.sharding=fsdp")
+    cfg, splits, start = _tiny(root, *lora)
+    two = run_ranks(cfg, splits, start, tmp_path / "two", tmp_path / "ckpt")
+    one_cfg, _, _ = _tiny(root, "grpo.parameters=lora", "grpo.workers.count=1")
+    one = train_grpo(one_cfg, splits, start, tmp_path / "one")
+    assert two["sharding"] == "fsdp" and one.sharding == "ddp"
+    assert two["memory_per_rank"]["params"] < 0.6 * one.memory_per_rank["params"]  # the base sharded too
+    assert max(abs(a["loss"] - b["loss"]) for a, b in zip(two["metrics"], one.metrics)) < TOL
+
+    def factors(out: Path) -> dict[str, torch.Tensor]:
+        return load_file(str(out / "adapter" / "adapter_model.safetensors"))
+
+    two_w, one_w = factors(tmp_path / "two"), factors(tmp_path / "one")
+    start_w = load_file(str(start / "adapter_model.safetensors"))
+    assert two_w.keys() == one_w.keys() == start_w.keys()
+    assert _max_diff(one_w, start_w) > 1e-4 and _max_diff(two_w, one_w) < TOL
+    shutil.rmtree(tmp_path / "ckpt" / "3")  # the run is resumed from step 2's shards
+    again = run_ranks(cfg, splits, start, tmp_path / "again", tmp_path / "ckpt")
+    assert again["resumed_from"] == 2 and again["checkpoints"] == ["3"]
+    assert _max_diff(factors(tmp_path / "again"), two_w) == 0.0

@@ -178,7 +178,7 @@ def test_the_tiny_presets_share_one_base_and_one_sft_start_per_registered_name()
     assert len(starts) == 2  # tiny-fgrpo adapts Q/K/V/O only, under a name of its own
 
 
-def test_sharding_auto_shards_full_parameters_on_several_ranks_and_refuses_fsdp_lora():
+def test_sharding_auto_shards_full_parameters_on_several_ranks_and_lora_only_when_asked():
     from essaflow.grpo.config import resolved_sharding
 
     def sharding(*sets: str) -> str:
@@ -188,5 +188,4 @@ def test_sharding_auto_shards_full_parameters_on_several_ranks_and_refuses_fsdp_
     assert sharding("grpo.parameters=full", "grpo.workers.count=1") == "ddp"
     assert sharding("grpo.workers.count=2") == "ddp"
     assert sharding("grpo.parameters=full", "grpo.workers.count=2", "grpo.sharding=ddp") == "ddp"
-    with pytest.raises(ConfigError, match=r"grpo.sharding=fsdp shards full-parameter training"):
-        load_config(None, ["grpo.sharding=fsdp"])
+    assert sharding("grpo.workers.count=2", "grpo.sharding=fsdp") == "fsdp"  # LoRA on fsdp when asked for

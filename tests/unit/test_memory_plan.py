@@ -91,4 +91,26 @@ def test_a_smaller_gpu_refuses_even_fsdp_naming_the_numbers():
     assert refused.exit_code == 2
     (error,) = [line for line in refused.output.splitlines() if line.startswith("error:")]
     assert "fsdp on 16 x 40 GiB" in error and "39.0 GiB usable" in error and "activations" in error
+    recomputed = _check("grpo.workers.gpu_memory_gib=40", "grpo.activation_checkpointing=true")
+    assert recomputed.exit_code == 0 and "fsdp on 16 x 40 GiB: 26.1 GiB a rank fits" in recomputed.output
     assert GiB == 1024**3
+
+
+def test_activation_checkpointing_keeps_each_layers_input_and_one_layers_activations():
+    arch = Architecture.from_config(KNOWN_CONFIGS["Qwen/Qwen2.5-7B"])
+    kept, recomputed = (
+        plan(arch, "fsdp", Target(16, 80, "bfloat16", 1, 1024, 8192, activation_checkpointing=c)) for c in (False, True)
+    )
+    tokens, per_layer = 1024 + 8192, 10 * arch.hidden + 4 * arch.intermediate
+    assert kept.parts["activations"] == tokens * arch.layers * per_layer * 2
+    assert recomputed.parts["activations"] == tokens * (arch.layers * arch.hidden + per_layer) * 2
+    assert recomputed.total < kept.total and recomputed.parts["logits"] == kept.parts["logits"]
+
+
+def test_lora_under_fsdp_shards_the_frozen_base_and_ddp_replicates_it():
+    arch = Architecture.from_config(KNOWN_CONFIGS["Qwen/Qwen2.5-7B"])
+    lora = {"parameters": "lora", "lora_rank": 16, "lora_modules": ("q_proj", "v_proj")}
+    ddp, fsdp = (plan(arch, s, Target(8, 80, "bfloat16", 1, 1024, 8192, **lora)) for s in ("ddp", "fsdp"))
+    assert ddp.parts["frozen base"] == arch.parameters() * 2
+    assert fsdp.parts["frozen base"] == pytest.approx(arch.parameters() * 2 / 8, abs=16)
+    assert fsdp.parts["fp32 master weights"] < ddp.parts["weights"] and fsdp.total < ddp.total
