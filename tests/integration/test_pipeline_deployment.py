@@ -151,7 +151,10 @@ def test_bucket_holds_dataset_checkpoints_adapter_and_eval_with_valid_checksums(
     flow_run_id, _, _ = essa_run
     store = pipeline_stack.store()
     keys = store.list("")
-    datasets = sorted({"/".join(k.split("/")[:3]) for k in keys if k.startswith("datasets/")})
+    # this run's dataset: other modules of the session share the bucket prefix, with their own data settings
+    data = store.get_json(f"runs/{flow_run_id}/record/run.json")["config"]["data"]
+    prefixes = {"/".join(k.split("/")[:3]) for k in keys if k.startswith("datasets/")}
+    datasets = sorted(p for p in prefixes if store.get_json(f"{p}/info.json")["config"] == data)
     checkpoints = sorted({"/".join(k.split("/")[:4]) for k in keys if k.startswith(f"runs/{flow_run_id}/checkpoints/")})
     assert len(datasets) == 1 and len(checkpoints) == 2  # generations 1 and 2
     run = f"runs/{flow_run_id}"

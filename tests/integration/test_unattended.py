@@ -3,7 +3,7 @@ found and resumed by one process only, and a failed scheduled run reaching a web
 
 The session's MLflow, SeaweedFS and Ray serve here; the Prefect server is this module's own, because the session's
 runs with its scheduler off (a nightly cron firing mid-suite would hand other tests' `--run-once` workers the wrong
-run). The scheduler loops every 2 s, so a test deployment on a 5 s interval schedule runs unattended:
+run). The scheduler loops every 2 s, so a test deployment on a 30 s interval schedule runs unattended:
 
 1. the first scheduled run fine-tunes to completion; the next one, with the same data snapshot, config and base model,
    ends in seconds in a Completed state named Skipped;
@@ -39,7 +39,9 @@ from tests.integration.pipeline_support import REPO, prefect_cli, tiny
 
 pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("unattended"), pytest.mark.timeout(1800)]
 NAME = "unattended-test"
-INTERVAL_S = 5
+#: the fine-tune's schedule: runs due while one holds the deployment's slot wait for it (AwaitingConcurrencySlot); a
+#: shorter interval piles them up faster than the worker re-proposes them, and sqlite's server falls behind (503s)
+INTERVAL_S = 30
 HEARTBEAT_S = 1.0  # a killed run's lease is stale 4 s after its last heartbeat
 #: the test deployments' pool, the one the worker polls: prefect.yaml's deployments (deployed too, for the alert) go to
 #: essaflow-process, where no worker runs their crons
@@ -201,7 +203,7 @@ def deployed(stack):
 
 @pytest.fixture(scope="module")
 def scheduled(stack, deployed) -> SimpleNamespace:
-    """A 5 s schedule runs the tiny fine-tune until one run completed and a later one ended; then it stops."""
+    """A 30 s schedule runs the tiny fine-tune until one run completed and a later one ended; then it stops."""
     _deploy(stack.env, "unattended", {"config": _essa_config()}, interval=INTERVAL_S)
     t0 = time.monotonic()
 
@@ -245,8 +247,11 @@ def _essa_config(**over) -> dict:
 
 @pytest.fixture(scope="module")
 def killed(stack, scheduled) -> SimpleNamespace:
-    """A run of 6 generations killed with SIGKILL once its first checkpoint is in storage."""
-    cfg = _essa_config(essa={**tiny()["essa"], "generations": 6})
+    """A run of 48 generations killed with SIGKILL once its first checkpoint is in storage.
+
+    A tiny generation takes about 0.25 s, so 48 leave the test seconds to see the checkpoint and kill the run
+    while it is still training (with 6, a loaded machine saw the checkpoint after training had ended)."""
+    cfg = _essa_config(essa={**tiny()["essa"], "generations": 48})
     _deploy(stack.env, "unattended-kill", {"config": cfg})
     out = prefect_cli("deployment", "run", "finetune/unattended-kill", env=stack.env)
     assert out.returncode == 0, out.stdout + out.stderr
@@ -260,6 +265,7 @@ def killed(stack, scheduled) -> SimpleNamespace:
     assert proc in psutil.Process(stack.worker.pid).children(recursive=True)  # the worker's flow-run process
     proc.send_signal(signal.SIGKILL)
     killed_at = time.time()
+    assert not store.list(f"runs/{run_id}/adapter"), "the run had finished training before it was killed"
     state = _wait(lambda: (s := _runs(stack.env, "unattended-kill")[0].state) and s.is_final() and s, 120,
                   "Prefect to report the killed run")  # fmt: skip
     record = store.get_json(f"runs/{run_id}/record/run.json")["config"]
@@ -284,7 +290,7 @@ def test_a_killed_run_is_found_by_resume_last_resumed_by_one_process_and_a_secon
     rc, line, err = _finished(resumer)
     assert rc == 0, err[-3000:]
     assert line["run_id"] == killed.run_id and line["state"] == "completed"
-    assert line["training"]["resumed_from"] is not None and line["training"]["steps"] == 6
+    assert line["training"]["resumed_from"] is not None and line["training"]["steps"] == 48
     assert "marked FAILED" in err  # found by its stale heartbeat before it was resumed
     assert rc2 == 1 and f"pid {resumer.pid}" in line2["error"] and held.host in line2["error"], line2
     assert "since" in line2["error"] and line2["resume"] is None
