@@ -203,6 +203,10 @@ def test_lora_on_two_fsdp_ranks_takes_the_steps_of_one_process_and_resumes_from_
     start_w = load_file(str(start / "adapter_model.safetensors"))
     assert two_w.keys() == one_w.keys() == start_w.keys()
     assert _max_diff(one_w, start_w) > 1e-4 and _max_diff(two_w, one_w) < TOL
+    loss_gap = max(abs(a["loss"] - b["loss"]) for a, b in zip(two["metrics"], one.metrics))
+    print(f"LoRA fsdp vs one process: losses within {loss_gap:.1e}, factors within {_max_diff(two_w, one_w):.1e} "
+          f"(moved {_max_diff(one_w, start_w):.1e}); params bytes a rank {two['memory_per_rank']['params']} vs "
+          f"{one.memory_per_rank['params']}")  # fmt: skip
     shutil.rmtree(tmp_path / "ckpt" / "3")  # the run is resumed from step 2's shards
     again = run_ranks(cfg, splits, start, tmp_path / "again", tmp_path / "ckpt")
     assert again["resumed_from"] == 2 and again["checkpoints"] == ["3"]
