@@ -82,9 +82,14 @@ def lora_factors(model: Any) -> dict[str, tuple[torch.Tensor, torch.Tensor, floa
     out = {}
     for mod_name, module in model.named_modules():
         if isinstance(module, LoraLayer) and name in module.lora_A:
-            a, b = module.lora_A[name].weight, module.lora_B[name].weight
-            out[mod_name] = (a.detach(), b.detach(), float(module.scaling[name]))
+            a, b = (_whole(m[name].weight) for m in (module.lora_A, module.lora_B))
+            out[mod_name] = (a, b, float(module.scaling[name]))
     return out
+
+
+def _whole(t: torch.Tensor) -> torch.Tensor:
+    """A factor as one tensor: an FSDP shard outside the gathered policy is all-gathered (every rank calls this)."""
+    return (t.full_tensor() if hasattr(t, "full_tensor") else t).detach()
 
 
 def write_lora_adapter(model: Any, out_dir: Path, rank: int | None = None) -> Path:

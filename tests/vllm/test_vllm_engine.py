@@ -118,15 +118,17 @@ def test_grpo_engine_follows_the_trainer_and_a_skipped_sync_is_caught(sft):
         learner.step(splits.train, slots, 3)
 
 
-def test_full_parameter_fsdp_ranks_sync_their_engines_from_the_shards(sft, tmp_path):
+@pytest.mark.parametrize("parameters", ["full", "lora"])
+def test_fsdp_ranks_sync_their_engines_from_the_shards(sft, tmp_path, parameters):
     """Two FSDP ranks (gloo, real processes), each beside its own engine: after every step each rank gathers the
-    updated weights from the shards into its engine, and the engine's log-probs of its samples equal the trainer's
-    (a missed or misgathered weight fails the step: sync_tolerance)."""
+    updated weights (full) or LoRA factors from the shards into its engine, and the engine's log-probs of its samples
+    equal the trainer's (a missed or misgathered weight fails the step: sync_tolerance)."""
     from tests.support.ranks import run_ranks
 
     _, splits, adapter = sft
     cfg = _cfg([
-        "method=fgrpo", "sampling.backend=vllm", "grpo.parameters=full", "grpo.sharding=fsdp", "grpo.workers.count=2",
+        "method=fgrpo", "sampling.backend=vllm", f"grpo.parameters={parameters}", "grpo.sharding=fsdp",
+        "grpo.workers.count=2",
         "grpo.steps=2", "grpo.prompts_per_step=8", "grpo.group_size=4", "grpo.lr=1e-3", "grpo.eval_every=0",
         "grpo.checkpoint_every=0", "sampling.vllm.sync_tolerance=0.001",
     ])  # fmt: skip
@@ -135,7 +137,7 @@ def test_full_parameter_fsdp_ranks_sync_their_engines_from_the_shards(sft, tmp_p
     assert report["sharding"] == "fsdp" and report["steps"] == 2 and len(gaps) == 2, report
     assert all(g is not None and g < 1e-4 for g in gaps), gaps
     assert any(m["grad_norm"] > 0 for m in report["metrics"])  # the weights moved between the syncs
-    print(f"fsdp ranks' engine/trainer log-prob gaps after each sync: {gaps}")
+    print(f"fsdp ranks ({parameters}) engine/trainer log-prob gaps after each sync: {gaps}")
 
 
 def test_both_engines_see_the_same_prompts_stops_and_truncation(sft):
