@@ -25,6 +25,7 @@ import torch
 from essaflow.generation.prompt_format import PromptFormat, prompt_ids
 from essaflow.generation.sampling import Rollout, encode_prompts, model_stop_ids, to_rollout
 from essaflow.generation.vllm_engine import VLLMConfig, VLLMEngine, served_lora_rank, shared_engine
+from essaflow.grpo.sharding import whole
 
 
 class StaleEngineError(RuntimeError):
@@ -107,10 +108,8 @@ def full_weights(model: torch.nn.Module):
     """The model's HF-named weights, one whole tensor at a time: an FSDP shard (a DTensor) is gathered from every
     rank as it is reached (a collective: every rank iterates in the same order), so a rank never holds more than one
     gathered tensor beyond its shards."""
-    from torch.distributed.tensor import DTensor
-
     for name, p in model.state_dict().items():
-        yield name, (p.full_tensor() if isinstance(p, DTensor) else p).detach()
+        yield name, whole(p).detach()
 
 
 def logprob_gap(trainer_logp: torch.Tensor, engine_logp: torch.Tensor, mask: torch.Tensor) -> tuple[float, float]:

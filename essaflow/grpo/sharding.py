@@ -35,6 +35,12 @@ def _local(t: torch.Tensor) -> torch.Tensor:
     return t.to_local() if hasattr(t, "to_local") else t
 
 
+def whole(t: torch.Tensor) -> torch.Tensor:
+    """A tensor in full: a DTensor (an FSDP shard, or a norm over shards) is all-gathered, so every rank calls this
+    in the same order; a plain tensor is itself."""
+    return t.full_tensor() if hasattr(t, "full_tensor") else t
+
+
 def _bytes(tensors: Any) -> int:
     return sum(_local(t).numel() * _local(t).element_size() for t in tensors if isinstance(t, torch.Tensor))
 
@@ -105,7 +111,7 @@ class DataParallel:
     def clip_grad_norm(self, params: list[torch.nn.Parameter], max_norm: float) -> float:
         """Clip the global gradient norm (over all shards) to max_norm; returns the norm before clipping."""
         norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
-        return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+        return float(whole(norm))
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """The whole policy's weights on CPU (fsdp: gathered from the shards; a collective, rank 0 gets them)."""
@@ -121,7 +127,7 @@ class DataParallel:
         out = {}
         for name, p in unwrap(self.module).named_parameters():
             if p.requires_grad:
-                out[name] = (p.full_tensor() if hasattr(p, "full_tensor") else p).detach().cpu()
+                out[name] = whole(p).detach().cpu()
         return out
 
     def memory(self, params: list[torch.nn.Parameter], optimizer: torch.optim.Optimizer) -> dict[str, int]:

@@ -99,15 +99,6 @@ def search(population, cfg, splits, dimension: int, generations: int, until=None
     return [t.fitness for t in told], strategy.mean, [t.stats for t in told]
 
 
-def _first_to_claim(marker: str) -> bool:
-    """Create `marker` atomically: True in exactly one process (a check-then-touch let both workers perturb)."""
-    try:
-        os.close(os.open(marker, os.O_CREAT | os.O_EXCL))
-        return True
-    except FileExistsError:
-        return False
-
-
 class PerturbOnce(CandidateScorer):
     """A scorer whose replica's mean moves by a rounding error once, at generation 2 (another CPU's floats)."""
 
@@ -115,7 +106,7 @@ class PerturbOnce(CandidateScorer):
 
     def _sync_replica(self, generation, fitness, state):
         replica = super()._sync_replica(generation, fitness, state)
-        if generation == 2 and _first_to_claim(self.marker):  # one worker only, even when both get here at once
+        if generation == 2 and essa_tiny.first_to_claim(self.marker):  # one worker, even when both get here at once
             replica.strategy._opt._mean += 1e-12  # cmaes's mean (the tiny config's strategy is cma)
         return replica
 

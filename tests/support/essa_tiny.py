@@ -125,3 +125,12 @@ def local_ray(test_module: ModuleType) -> Iterator[None]:
         ray.shutdown()
         os.environ.update(saved)
         reload_ray_auth()
+
+
+def first_to_claim(marker: str) -> bool:
+    """Create `marker` atomically: True in exactly one process (a check-then-touch let two workers both act)."""
+    try:
+        os.close(os.open(marker, os.O_CREAT | os.O_EXCL))
+        return True
+    except FileExistsError:
+        return False

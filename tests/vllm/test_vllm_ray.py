@@ -42,21 +42,13 @@ def tiny():
     return cfg, splits, cached_sft_adapter(cfg.model, cfg.sft, splits, cfg.data.prompt_format())
 
 
-def _first_to_claim(marker: str) -> bool:
-    try:
-        os.close(os.open(marker, os.O_CREAT | os.O_EXCL))
-        return True
-    except FileExistsError:
-        return False
-
-
 class CrashOnce(CandidateScorer):
     """A scorer whose process dies (os._exit) the first time anyone is handed candidate 3 to score."""
 
     marker = ""
 
     def score_range(self, xs, start, prompt_idx, seed):
-        if start <= 3 < start + len(xs) and _first_to_claim(self.marker):
+        if start <= 3 < start + len(xs) and essa_tiny.first_to_claim(self.marker):
             os._exit(1)
         return super().score_range(xs, start, prompt_idx, seed)
 
