@@ -22,7 +22,7 @@ import torch
 from essaflow.config import load_config
 from essaflow.essa.scorer import CandidateScorer
 from essaflow.essa.trainer import scoring_spec
-from essaflow.generation.vllm_engine import VLLMConfig
+from essaflow.generation.config import VLLMConfig
 from essaflow.grpo.engine import PolicyEngine
 from essaflow.grpo.rollout import hash_keys, sample
 from essaflow.model.loading import load_adapter, load_base_model, load_tokenizer, resolve_model_path

@@ -45,8 +45,8 @@ import numpy as np
 import torch
 
 from essaflow.config import PipelineConfig, load_config
+from essaflow.generation.config import VLLMConfig
 from essaflow.generation.sampling import TransformersGenerator, VLLMGenerator
-from essaflow.generation.vllm_engine import VLLMConfig
 from essaflow.judging.evaluation import evaluate
 from essaflow.model.loading import export_merged, load_model_with_adapter
 from essaflow.training.warm_start import cached_sft_adapter, prepare_splits

@@ -3,10 +3,10 @@
 Where each section is defined (and documented, field by field):
 
     data      essaflow/data/config.py            DataConfig, SyntheticTaskConfig
-    model     essaflow/model/loading.py          ModelConfig
-    sampling  essaflow/generation/sampling.py    SamplingConfig
-    eval      essaflow/judging/evaluation.py     EvalConfig
-    registry  essaflow/judging/gate.py           GateConfig (the promotion gate)
+    model     essaflow/model/config.py           ModelConfig
+    sampling  essaflow/generation/config.py      SamplingConfig, VLLMConfig
+    eval      essaflow/judging/config.py         EvalConfig
+    registry  essaflow/judging/config.py         GateConfig (the promotion gate)
     sft       essaflow/training/config.py        SFTConfig
     essa      essaflow/essa/config.py            ESSAConfig (workers: essaflow/cluster/config.py)
     grpo      essaflow/grpo/config.py            GRPOConfig (workers: essaflow/cluster/config.py)
@@ -37,12 +37,12 @@ from essaflow.cluster.config import ESSAWorkersConfig, GRPOWorkersConfig, RayWor
 from essaflow.config_base import ConfigError, StrictConfig, changed_trajectory, trajectory_values
 from essaflow.data.config import DataConfig, SyntheticTaskConfig
 from essaflow.essa.config import ESSAConfig
-from essaflow.generation.sampling import TINY_MAX_NEW_TOKENS, SamplingConfig
+from essaflow.generation.config import TINY_MAX_NEW_TOKENS, SamplingConfig
 from essaflow.grpo.config import GRPOConfig
-from essaflow.judging.evaluation import EvalConfig
-from essaflow.judging.gate import LARGEST_K, GateConfig
+from essaflow.judging.config import LARGEST_K, EvalConfig, GateConfig
 from essaflow.judging.rewards import resolve_reward
-from essaflow.model.loading import BUILTIN_TINY, ModelConfig
+from essaflow.model.config import ModelConfig
+from essaflow.model.identity import BUILTIN_TINY
 from essaflow.secrets import NO_PASSWORD_IN_FORM
 from essaflow.training.config import SFTConfig
 

@@ -67,7 +67,7 @@ def _has_chat_template(checkpoint: Path) -> bool:
 
 def _check_chat_template(model: ModelConfig, data: DataConfig, report: InputReport) -> None:
     """data.chat_template=always needs a tokenizer with a template: say so now, not at the first prompt."""
-    from essaflow.model.loading import BUILTIN_TINY
+    from essaflow.model.identity import BUILTIN_TINY
 
     if data.chat_template != "always":
         return
@@ -92,7 +92,7 @@ def _check_s3(uri: str, field_name: str, report: InputReport) -> None:
 
 
 def _check_model(name: str, report: InputReport) -> None:
-    from essaflow.model.loading import BUILTIN_TINY, checkpoint_problem
+    from essaflow.model.identity import BUILTIN_TINY, checkpoint_problem
 
     where = "model.name_or_path"
     if name == BUILTIN_TINY:

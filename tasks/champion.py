@@ -7,7 +7,8 @@ from prefect import get_run_logger, task
 from essaflow import tracking
 from essaflow.artifacts import publish_eval, read_dataset, read_eval_report
 from essaflow.config import EvalConfig, SamplingConfig
-from essaflow.judging.gate import GateConfig, problems_digest, protocol_digest
+from essaflow.judging.config import GateConfig
+from essaflow.judging.gate import problems_digest, protocol_digest
 from essaflow.refs import ChampionRef, DatasetRef, EvalRef, RunRef
 from essaflow.storage import StorageError, open_store
 from essaflow.timing import Timer

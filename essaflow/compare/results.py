@@ -14,8 +14,9 @@ from typing import Any
 
 import numpy as np
 
+from essaflow.judging.config import GateConfig
 from essaflow.judging.evaluation import EvalReport
-from essaflow.judging.gate import GateConfig, GateEvidence, decide
+from essaflow.judging.gate import GateEvidence, decide
 
 #: pass@k values the JSON line and the tables carry (those <= n)
 HEADLINE_KS = (1, 4, 16, 64, 256)

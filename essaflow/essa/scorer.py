@@ -39,7 +39,7 @@ import torch
 from essaflow import cluster
 from essaflow.essa.replica import ReplicaState, Reply, StrategyReplica, encode_fitness
 from essaflow.generation.prompt_format import PromptFormat, prompt_ids, target_ids
-from essaflow.model.loading import ModelConfig
+from essaflow.model.config import ModelConfig
 from essaflow.training.usage import Usage, device_time
 
 log = logging.getLogger(__name__)
@@ -118,7 +118,8 @@ class CandidateScorer:
         self.reward = get_reward(spec.reward)
         self.engine = None
         if spec.backend == "vllm" and spec.fitness == "accuracy":
-            from essaflow.generation.vllm_engine import VLLMConfig, shared_engine
+            from essaflow.generation.config import VLLMConfig
+            from essaflow.generation.vllm_engine import shared_engine
             from essaflow.model.loading import resolve_model_path
 
             path, rank = resolve_model_path(model_cfg.name_or_path), model_cfg.lora_rank

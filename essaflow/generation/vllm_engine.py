@@ -26,44 +26,14 @@ import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
-from pydantic import Field
 
-from essaflow.config_base import StrictConfig
+from essaflow.generation.config import VLLMConfig
 
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 """The LoRA ranks vLLM serves; an adapter of another rank is padded with zeros up to the next one."""
-
-
-class VLLMConfig(StrictConfig):
-    """The vLLM engine (sampling.backend=vllm): memory, adapters, and the GRPO weight-sync check."""
-
-    gpu_memory_utilization: float = Field(0.3, gt=0.0, le=1.0)
-    """Share of the accelerator's memory the engine reserves (weights + KV cache). On the CPU build it is the share
-    of the machine's RAM; kv_cache_gib, when set, sizes the KV cache directly instead."""
-    kv_cache_gib: float | None = Field(None, gt=0.0)
-    """KV cache size in GiB (overrides gpu_memory_utilization for the cache); None: vLLM sizes it from
-    gpu_memory_utilization. Small models on a shared CPU machine want a small fixed cache (0.25)."""
-    max_loras: int = Field(32, ge=1)
-    """LoRA adapters one engine batch may mix: ESSA's share of a population is scored in one batch with one adapter
-    per candidate, so this bounds how many candidates run side by side (more are queued by vLLM's scheduler)."""
-    max_lora_rank: int = Field(8, ge=1)
-    """Largest LoRA rank the engine accepts (rounded up to a served rank); model.lora_rank is raised to it."""
-    max_model_len: int | None = Field(None, ge=8)
-    """Prompt + completion tokens per sequence; None: the checkpoint's max_position_embeddings."""
-    quantization: Literal["fp8", "bitsandbytes"] | None = None
-    """vLLM's own quantisation of the served base, in flight: fp8 (8-bit weights, Ada/Hopper GPUs) or bitsandbytes
-    (4-bit NF4, needs bitsandbytes); None: the checkpoint's precision. model.quantization (torchao) is the
-    transformers engine's and is not applied by vLLM."""
-    enforce_eager: bool = True
-    """Eager execution (no CUDA graphs / torch.compile): faster start, and the only mode the CPU build runs well."""
-    sync_tolerance: float = Field(0.05, gt=0.0)
-    """GRPO: largest mean |engine - trainer| log-probability gap (nats per token) of a step's sampled tokens; above
-    it the engine is serving other weights than the trainer's (a missed sync) and the step fails. With
-    grpo.top_p < 1 the engine's log-probs are over the renormalised nucleus, which adds -log(nucleus mass) to the
-    gap: raise this accordingly."""
 
 
 def served_lora_rank(rank: int) -> int:

@@ -12,8 +12,6 @@ from pydantic import Field, field_validator, model_validator
 
 from essaflow.cluster.config import GRPOWorkersConfig
 from essaflow.config_base import StrictConfig, renamed_keys, trajectory
-from essaflow.grpo.advantages import ADVANTAGES
-from essaflow.grpo.losses import LOSSES
 
 #: keys of the first layout -> their place now (accepted with a deprecation message)
 RENAMED = {
@@ -117,11 +115,16 @@ class GRPOConfig(StrictConfig):
     @field_validator("loss")
     @classmethod
     def _known_loss(cls, v: str) -> str:
+        # imported here: the losses need torch, and a config that keeps the default loss never looks it up
+        from essaflow.grpo.losses import LOSSES
+
         return LOSSES.check(v)
 
     @field_validator("advantage")
     @classmethod
     def _known_advantage(cls, v: str) -> str:
+        from essaflow.grpo.advantages import ADVANTAGES  # torch, as for the loss
+
         return ADVANTAGES.check(v)
 
     @model_validator(mode="after")

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import torch
 
+from essaflow.generation.config import VLLMConfig
 from essaflow.generation.prompt_format import PromptFormat, prompt_ids
 from essaflow.generation.sampling import Rollout, encode_prompts, model_stop_ids, to_rollout
-from essaflow.generation.vllm_engine import VLLMConfig, VLLMEngine, served_lora_rank, shared_engine
+from essaflow.generation.vllm_engine import VLLMEngine, served_lora_rank, shared_engine
 from essaflow.grpo.sharding import whole
 
 

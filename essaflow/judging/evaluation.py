@@ -8,51 +8,13 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from pydantic import Field, field_validator, model_validator
-
-from essaflow.config_base import StrictConfig, trajectory
-from essaflow.data.config import HeldOutSourceConfig
 from essaflow.data.schema import Problem
-from essaflow.generation.sampling import Generator, Samples, SamplingConfig, sample_completions, warn_if_truncated
-from essaflow.judging.rewards import AUTO_REWARD, REWARDS, get_reward, resolve_reward
+from essaflow.generation.config import SamplingConfig
+from essaflow.generation.sampling import Generator, Samples, sample_completions, warn_if_truncated
+from essaflow.judging.config import EvalConfig
+from essaflow.judging.rewards import AUTO_REWARD, get_reward, resolve_reward
 
 log = logging.getLogger(__name__)
-
-
-class EvalConfig(StrictConfig):
-    """pass@k evaluation protocol (Codex unbiased estimator, docs/algorithms.md sec. 4.1)."""
-
-    samples_per_problem: int = Field(16, ge=1)
-    """n: completions sampled per problem at sampling.temperature."""
-    ks: list[int] = [1, 2, 4, 8, 16]
-    """k values reported; each must be <= samples_per_problem."""
-    max_problems: int | None = Field(None, ge=1)
-    """Evaluate on at most this many eval problems (None = all)."""
-    seed: int = 1234
-    """Sampling seed: the same seed before and after training gives a paired comparison."""
-    reward: str = trajectory("auto")
-    """Reward used to judge correctness (essaflow.judging.rewards). auto follows the data: math_verify for
-    data.adapter gsm8k or math (symbolic equivalence of the extracted final answer), exact_match for the synthetic
-    task and plain files; the pipeline config resolves it, so runs record the concrete name."""
-    data: HeldOutSourceConfig | None = None
-    """A held-out set of its own (GSM8K's test file, MATH500, a path, glob or s3:// prefix) instead of a region of
-    the training data; problems it shares with the training data are dropped from training and counted
-    (`eval_overlap_dropped`), and data.eval_size caps how many are evaluated (docs/data.md)."""
-    samples_saved_per_problem: int = Field(4, ge=0)
-    """Completions kept per problem in the report's samples.jsonl.gz (with their correctness and truncation), so
-    you can read what the model wrote; 0 keeps only the counts."""
-
-    @model_validator(mode="after")
-    def _k_within_n(self) -> EvalConfig:
-        bad = [k for k in self.ks if k > self.samples_per_problem or k < 1]
-        if bad:
-            raise ValueError(f"ks {bad} must be between 1 and samples_per_problem={self.samples_per_problem}")
-        return self
-
-    @field_validator("reward")
-    @classmethod
-    def _known_reward(cls, v: str) -> str:
-        return v if v == AUTO_REWARD else REWARDS.check(v)
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

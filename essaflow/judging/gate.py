@@ -22,46 +22,14 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
-from pydantic import Field
 
-from essaflow.config_base import StrictConfig
 from essaflow.data.schema import Problem
-from essaflow.judging.evaluation import EvalConfig, EvalReport, pass_at_k
+from essaflow.judging.config import EvalConfig, GateConfig
+from essaflow.judging.evaluation import EvalReport, pass_at_k
 
 PROMOTE, KEEP = "promote", "keep"
-#: the guard name standing for pass@k at the largest k of eval.ks
-LARGEST_K = "pass@max"
-
-
 class GateError(ValueError):
     """The two evaluations cannot be paired (different problems, or no problems at all)."""
-
-
-class GateConfig(StrictConfig):
-    """The promotion gate (`registry` section): a paired, noise-aware comparison with the current champion."""
-
-    min_delta: float = Field(0.01, ge=0.0, le=1.0)
-    """Smallest mean paired gain on promotion_metric that promotes (absolute: 0.01 is one point of pass@1). One
-    problem of 128 is 0.78 points, so the default asks for more than one problem's worth on a small eval set."""
-    confidence: float = Field(0.95, gt=0.5, lt=1.0)
-    """Level of the two-sided paired bootstrap interval of the gain; its lower end must be above 0."""
-    guard_metrics: list[str] = ["greedy", LARGEST_K]
-    """Metrics that must not drop by more than guard_max_drop: greedy, pass@k (k in eval.ks), or pass@max (the
-    largest k in eval.ks). The promotion metric itself is not guarded (rules 1-2 judge it)."""
-    guard_max_drop: float = Field(0.02, ge=0.0, le=1.0)
-    """Largest mean paired drop allowed on each guard metric (absolute)."""
-    bootstrap_resamples: int = Field(2000, ge=100)
-    """Bootstrap resamples of the problem set for the interval."""
-    bootstrap_seed: int = 0
-    """Seed of the resampling, so one pair of evaluations always gets the same interval and verdict."""
-    reuse_counts: bool = True
-    """Reuse the champion's stored per-problem counts when its problem set and protocol digests equal this run's
-    (the counts a fresh evaluation would give, with the same seed); false re-evaluates the champion every run."""
-
-    def guards(self, ks: Sequence[int], metric: str) -> list[str]:
-        """The guard metrics as measured names (pass@max resolved against `ks`), without `metric` itself."""
-        names = [f"pass@{max(ks)}" if g == LARGEST_K else g for g in self.guard_metrics]
-        return [g for g in dict.fromkeys(names) if g != metric]
 
 
 def protocol_digest(eval_cfg: EvalConfig, sampling: Any) -> str:

@@ -59,3 +59,23 @@ def s3_version(uri: str) -> str:
     if not versions:
         raise ConfigError(f"model.name_or_path: no objects under {uri}")
     return sha256_bytes(json.dumps(versions, sort_keys=True).encode())[:16]
+
+
+#: what transformers loads weights from (a sharded checkpoint names its shards in an index .json)
+WEIGHT_FILES = ("*.safetensors", "*.bin", "*.safetensors.index.json", "*.bin.index.json")
+#: what a tokenizer is read from (one of them; tokenizer_config.json alone serves byte-level tokenizers)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model", "*.tiktoken",
+                   "tokenizer_config.json")  # fmt: skip
+
+
+def checkpoint_problem(checkpoint: Path) -> str | None:
+    """What keeps a local checkpoint directory from loading, as the words after its path (None: it has config.json,
+    weights and tokenizer files)."""
+    if not (checkpoint / "config.json").is_file():
+        return "is a directory without config.json (not a checkpoint)"
+    missing = [
+        f"{what} ({', '.join(patterns)})"
+        for what, patterns in (("weights", WEIGHT_FILES), ("tokenizer files", TOKENIZER_FILES))
+        if not any(any(checkpoint.glob(p)) for p in patterns)
+    ]
+    return f"has config.json but no {' and no '.join(missing)}" if missing else None

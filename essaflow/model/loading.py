@@ -5,87 +5,21 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Literal
 
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
-from pydantic import Field, model_validator
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from essaflow.config_base import ConfigError, StrictConfig, trajectory
+from essaflow.model.config import ModelConfig, check_supported
 from essaflow.model.devices import resolve_device
-from essaflow.model.identity import BUILTIN_TINY, model_identity, s3_version  # noqa: F401 - callers import these here
-from essaflow.model.quantization import Quantization, check_supported, quantize_base
+from essaflow.model.identity import BUILTIN_TINY, checkpoint_problem, model_identity, s3_version  # noqa: F401 - callers import these here
+from essaflow.model.quantization import quantize_base
 from essaflow.model.tiny import cache_root, tiny_base_path
 from essaflow.storage.atomic_dir import atomic_dir
 
 log = logging.getLogger(__name__)
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-class ModelConfig(StrictConfig):
-    """Which base model to load and how LoRA is attached."""
-
-    name_or_path: str = trajectory("builtin:tiny")
-    """'builtin:tiny' (our embedded model), a local directory, a hub id, or an s3:// prefix."""
-    revision: str | None = trajectory(None)
-    """Hub revision to pin."""
-    trust_remote_code: bool = False
-    """Allow a checkpoint's own Python code to run. Off unless you trust the source."""
-    dtype: Literal["float32", "bfloat16", "float16"] = trajectory("float32")
-    """Weights dtype."""
-    lora_rank: int = trajectory(8, ge=1)
-    """LoRA rank r."""
-    lora_alpha: float = trajectory(16.0, gt=0)
-    """LoRA alpha (scale = alpha / r). ESSA keeps the SFT adapter's scaling (docs/algorithms.md sec. 6.9)."""
-    lora_dropout: float = Field(0.0, ge=0.0, lt=1.0)
-    """LoRA dropout during SFT."""
-    target_modules: list[str] = trajectory(["q_proj", "k_proj", "v_proj", "o_proj"])
-    """Modules LoRA adapts; ESSA uses the attention projections Q/K/V/O (ESSA-v3 sec. 3.2)."""
-    torch_threads: int = Field(1, ge=1)
-    """Torch intra-op threads per process: 1 avoids collapse when another process shares the cores."""
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-    """Where models are loaded (SFT, evaluation, ESSA scorers): auto = cuda when torch sees one, else cpu. A Ray
-    worker without a GPU share sees none, so CPU workers beside GPU ones stay on CPU."""
-    quantization: Quantization = trajectory("none")
-    """The frozen base's linear layers in ESSA's scorers and in evaluation (transformers backend): none, int8 or
-    int4 (ESSA-v3 sec. 4.4.2 reports INT8/INT4 bases lose < 1 point; docs/algorithms.md sec. 6.15). torchao,
-    applied after the adapter is attached; the LoRA factors and lm_head stay in model.dtype. int8: int8 weights and
-    dynamically int8-quantised activations, an int8 matmul (CPU and CUDA). int4: int4 weights in groups of 128
-    (tinygemm), CUDA with model.dtype bfloat16 only; refused on CPU (no int4 kernel), at config time for
-    device cpu, at model load for auto. With a quantised base, scorers use the LoRA path (essa.merged_scoring is
-    ignored: an int8 weight cannot hold W0 + scaling B'A'). Not applied to SFT, F-GRPO training or vLLM."""
-
-    @model_validator(mode="after")
-    def _quantization_has_a_kernel(self) -> ModelConfig:
-        if self.quantization != "none" and self.device != "auto":
-            check_supported(self.quantization, self.device, self.dtype)
-        elif self.quantization == "int4" and self.dtype != "bfloat16":
-            raise ConfigError(
-                f"model.quantization=int4 needs model.dtype=bfloat16 (torchao's int4 tinygemm kernel), got {self.dtype}"
-            )
-        return self
-
-
-#: what transformers loads weights from (a sharded checkpoint names its shards in an index .json)
-WEIGHT_FILES = ("*.safetensors", "*.bin", "*.safetensors.index.json", "*.bin.index.json")
-#: what a tokenizer is read from (one of them; tokenizer_config.json alone serves byte-level tokenizers)
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model", "*.tiktoken",
-                   "tokenizer_config.json")  # fmt: skip
-
-
-def checkpoint_problem(checkpoint: Path) -> str | None:
-    """What keeps a local checkpoint directory from loading, as the words after its path (None: it has config.json,
-    weights and tokenizer files)."""
-    if not (checkpoint / "config.json").is_file():
-        return "is a directory without config.json (not a checkpoint)"
-    missing = [
-        f"{what} ({', '.join(patterns)})"
-        for what, patterns in (("weights", WEIGHT_FILES), ("tokenizer files", TOKENIZER_FILES))
-        if not any(any(checkpoint.glob(p)) for p in patterns)
-    ]
-    return f"has config.json but no {' and no '.join(missing)}" if missing else None
 
 
 def _checked_checkpoint(path: str, name_or_path: str) -> str:

@@ -34,41 +34,16 @@ naming `model.quantization`.
 from __future__ import annotations
 
 import logging
-from typing import Literal
 
 import torch
 from torch import nn
 
-from essaflow.config_base import ConfigError
+from essaflow.model.config import check_supported
 
 log = logging.getLogger(__name__)
 
-Quantization = Literal["none", "int8", "int4"]
 INT4_GROUP_SIZE = 128
 _SKIP = ("lora_A", "lora_B", "lm_head")
-
-
-def check_supported(mode: str, device: str | torch.device, dtype: str) -> None:
-    """Raise a ConfigError naming `model.quantization` when this (mode, device, dtype) has no kernel here."""
-    if mode == "none":
-        return
-    device = torch.device(device).type
-    if mode not in ("int8", "int4"):
-        raise ConfigError(f"model.quantization={mode!r}: choose none, int8 or int4")
-    try:
-        import torchao  # noqa: F401
-    except ImportError as err:
-        raise ConfigError(f"model.quantization={mode}: torchao is not installed (pip install torchao)") from err
-    if mode == "int4":
-        if device != "cuda":
-            raise ConfigError(
-                f"model.quantization=int4 on {device}: torchao has no int4 kernel for this device (tinygemm is "
-                "CUDA only); use int8, or run the scorers on a GPU"
-            )
-        if dtype != "bfloat16":
-            raise ConfigError(
-                f"model.quantization=int4 needs model.dtype=bfloat16 (torchao's int4 tinygemm kernel), got {dtype}"
-            )
 
 
 def _base_linear(module: nn.Module, fqn: str) -> bool:

@@ -12,10 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from essaflow.data.schema import Problem
+from essaflow.generation.config import SamplingConfig
 from essaflow.generation.prompt_format import PromptFormat
-from essaflow.generation.sampling import SamplingConfig
-from essaflow.judging.evaluation import EvalConfig, EvalReport
-from essaflow.model.loading import ModelConfig
+from essaflow.judging.config import EvalConfig
+from essaflow.judging.evaluation import EvalReport
+from essaflow.model.config import ModelConfig
 from essaflow.tracking import download_registered
 from essaflow.training.warm_start import evaluate_adapter
 

@@ -23,6 +23,7 @@ from essaflow.data.schema import Problem
 from essaflow.generation.prompt_format import PromptFormat
 from essaflow.generation.sampling import TransformersGenerator, VLLMGenerator, resolve_backend
 from essaflow.judging.evaluation import EvalReport, evaluate
+from essaflow.model.config import check_supported
 from essaflow.model.loading import (
     attach_lora,
     load_base_model,
@@ -33,7 +34,7 @@ from essaflow.model.loading import (
     resolve_model_path,
     save_adapter,
 )
-from essaflow.model.quantization import check_supported, quantize_base
+from essaflow.model.quantization import quantize_base
 from essaflow.model.tiny import cache_root
 from essaflow.storage.atomic_dir import atomic_dir, committed_manifest
 from essaflow.training.sft import train_sft

@@ -15,8 +15,9 @@ from essaflow import tracking
 from essaflow.artifacts import publish_eval, read_eval_report
 from essaflow.config import EvalConfig, ModelConfig, PipelineConfig, SamplingConfig
 from essaflow.data.synthetic import synthetic_problems
+from essaflow.judging.config import GateConfig
 from essaflow.judging.evaluation import EvalReport
-from essaflow.judging.gate import GateConfig, decide, first_version, problems_digest, protocol_digest
+from essaflow.judging.gate import decide, first_version, problems_digest, protocol_digest
 from essaflow.refs import RunRef
 from essaflow.storage import open_store
 from essaflow.tracking.champion import eval_identity_tags, reusable_report_uri

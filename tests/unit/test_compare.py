@@ -21,8 +21,8 @@ from essaflow.compare.results import (
 )
 from essaflow.compare.scaling import compare_projection
 from essaflow.config_base import ConfigError
+from essaflow.judging.config import GateConfig
 from essaflow.judging.evaluation import EvalReport, pass_at_k
-from essaflow.judging.gate import GateConfig
 
 REPO = Path(__file__).resolve().parents[2]
 PNG = b"\x89PNG\r\n\x1a\n"

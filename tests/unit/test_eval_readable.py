@@ -9,7 +9,7 @@ import logging
 from essaflow.artifacts import publish_eval, read_eval_report
 from essaflow.config import EvalConfig, PipelineConfig, SamplingConfig, load_config
 from essaflow.data import Problem
-from essaflow.generation.sampling import DEFAULT_MAX_NEW_TOKENS, TINY_MAX_NEW_TOKENS
+from essaflow.generation.config import DEFAULT_MAX_NEW_TOKENS, TINY_MAX_NEW_TOKENS
 from essaflow.judging.evaluation import evaluate
 from essaflow.refs import RunRef
 from essaflow.storage import open_store

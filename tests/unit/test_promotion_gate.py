@@ -9,8 +9,9 @@ import pytest
 
 from essaflow.config import load_config
 from essaflow.data.schema import Problem
-from essaflow.generation.sampling import SamplingConfig
-from essaflow.judging.evaluation import EvalConfig, EvalReport, pass_at_k
+from essaflow.generation.config import SamplingConfig
+from essaflow.judging.config import EvalConfig
+from essaflow.judging.evaluation import EvalReport, pass_at_k
 from essaflow.judging.gate import (
     KEEP,
     PROMOTE,

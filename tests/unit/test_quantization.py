@@ -11,7 +11,8 @@ import torch
 from essaflow.config import ConfigError, load_config
 from essaflow.essa.scorer import CandidateScorer
 from essaflow.essa.trainer import scoring_spec
-from essaflow.model.loading import ModelConfig, load_model_with_adapter
+from essaflow.model.config import ModelConfig
+from essaflow.model.loading import load_model_with_adapter
 from essaflow.model.quantization import is_quantized
 from essaflow.training.warm_start import cached_sft_adapter, prepare_splits
 

@@ -1,0 +1,80 @@
+"""The `eval` section (the pass@k protocol, evaluation.py) and the `registry` section (the promotion gate, gate.py).
+
+No torch or transformers here, so reading a config stays cheap for the processes that never load a model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pydantic import Field, field_validator, model_validator
+
+from essaflow.config_base import StrictConfig, trajectory
+from essaflow.data.config import HeldOutSourceConfig
+from essaflow.judging.rewards import AUTO_REWARD, REWARDS
+
+#: the guard name standing for pass@k at the largest k of eval.ks
+LARGEST_K = "pass@max"
+
+
+class EvalConfig(StrictConfig):
+    """pass@k evaluation protocol (Codex unbiased estimator, docs/algorithms.md sec. 4.1)."""
+
+    samples_per_problem: int = Field(16, ge=1)
+    """n: completions sampled per problem at sampling.temperature."""
+    ks: list[int] = [1, 2, 4, 8, 16]
+    """k values reported; each must be <= samples_per_problem."""
+    max_problems: int | None = Field(None, ge=1)
+    """Evaluate on at most this many eval problems (None = all)."""
+    seed: int = 1234
+    """Sampling seed: the same seed before and after training gives a paired comparison."""
+    reward: str = trajectory("auto")
+    """Reward used to judge correctness (essaflow.judging.rewards). auto follows the data: math_verify for
+    data.adapter gsm8k or math (symbolic equivalence of the extracted final answer), exact_match for the synthetic
+    task and plain files; the pipeline config resolves it, so runs record the concrete name."""
+    data: HeldOutSourceConfig | None = None
+    """A held-out set of its own (GSM8K's test file, MATH500, a path, glob or s3:// prefix) instead of a region of
+    the training data; problems it shares with the training data are dropped from training and counted
+    (`eval_overlap_dropped`), and data.eval_size caps how many are evaluated (docs/data.md)."""
+    samples_saved_per_problem: int = Field(4, ge=0)
+    """Completions kept per problem in the report's samples.jsonl.gz (with their correctness and truncation), so
+    you can read what the model wrote; 0 keeps only the counts."""
+
+    @model_validator(mode="after")
+    def _k_within_n(self) -> EvalConfig:
+        bad = [k for k in self.ks if k > self.samples_per_problem or k < 1]
+        if bad:
+            raise ValueError(f"ks {bad} must be between 1 and samples_per_problem={self.samples_per_problem}")
+        return self
+
+    @field_validator("reward")
+    @classmethod
+    def _known_reward(cls, v: str) -> str:
+        return v if v == AUTO_REWARD else REWARDS.check(v)
+
+
+class GateConfig(StrictConfig):
+    """The promotion gate (`registry` section): a paired, noise-aware comparison with the current champion."""
+
+    min_delta: float = Field(0.01, ge=0.0, le=1.0)
+    """Smallest mean paired gain on promotion_metric that promotes (absolute: 0.01 is one point of pass@1). One
+    problem of 128 is 0.78 points, so the default asks for more than one problem's worth on a small eval set."""
+    confidence: float = Field(0.95, gt=0.5, lt=1.0)
+    """Level of the two-sided paired bootstrap interval of the gain; its lower end must be above 0."""
+    guard_metrics: list[str] = ["greedy", LARGEST_K]
+    """Metrics that must not drop by more than guard_max_drop: greedy, pass@k (k in eval.ks), or pass@max (the
+    largest k in eval.ks). The promotion metric itself is not guarded (rules 1-2 judge it)."""
+    guard_max_drop: float = Field(0.02, ge=0.0, le=1.0)
+    """Largest mean paired drop allowed on each guard metric (absolute)."""
+    bootstrap_resamples: int = Field(2000, ge=100)
+    """Bootstrap resamples of the problem set for the interval."""
+    bootstrap_seed: int = 0
+    """Seed of the resampling, so one pair of evaluations always gets the same interval and verdict."""
+    reuse_counts: bool = True
+    """Reuse the champion's stored per-problem counts when its problem set and protocol digests equal this run's
+    (the counts a fresh evaluation would give, with the same seed); false re-evaluates the champion every run."""
+
+    def guards(self, ks: Sequence[int], metric: str) -> list[str]:
+        """The guard metrics as measured names (pass@max resolved against `ks`), without `metric` itself."""
+        names = [f"pass@{max(ks)}" if g == LARGEST_K else g for g in self.guard_metrics]
+        return [g for g in dict.fromkeys(names) if g != metric]
