@@ -38,7 +38,8 @@ from essaflow.essa.scorer import CandidateScorer
 from essaflow.essa.trainer import scoring_spec
 from essaflow.judging.evaluation import greedy_accuracy
 from essaflow.model.quantization import check_supported, is_quantized
-from essaflow.model.tiny import build_char_tokenizer, cache_root
+from essaflow.model.tiny import build_char_tokenizer
+from essaflow.storage.cache_dir import cache_root
 from essaflow.training.warm_start import cached_sft_adapter, prepare_splits
 
 ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]

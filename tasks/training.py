@@ -19,9 +19,9 @@ from prefect import get_run_logger, task
 from essaflow import tracking
 from essaflow.artifacts import fetch_dir, local_digest, manifest_digest, publish_dir, read_dataset
 from essaflow.config import DataConfig, ModelConfig, PipelineConfig, SFTConfig
-from essaflow.model.tiny import cache_root
 from essaflow.refs import AdapterRef, DatasetRef, RunRef
 from essaflow.storage import StorageError, open_store
+from essaflow.storage.cache_dir import cache_root
 from essaflow.timing import Timer
 from essaflow.tracking.buffer import BufferedStepMetrics
 from essaflow.training import run as training

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from essaflow.model.tiny import cache_root
 from essaflow.storage import ArtifactStore, open_store
 from essaflow.storage.atomic_dir import committed_manifest
+from essaflow.storage.cache_dir import cache_root
 from essaflow.storage.manifest import manifest_digest
 
 

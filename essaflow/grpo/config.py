@@ -22,6 +22,11 @@ RENAMED = {
 }
 
 
+#: the names losses.py and advantages.py register (tests/unit/test_registry.py holds the two lists equal): a config
+#: naming a built-in is checked without importing those modules, which need torch
+BUILTIN_LOSSES = ("grpo", "dapo", "cispo")
+BUILTIN_ADVANTAGES = ("grpo", "drgrpo")
+
 class GRPOConfig(StrictConfig):
     """GRPO family with F-GRPO's focal weight (FGRPO-v2 sec. 4, App. L)."""
 
@@ -115,15 +120,18 @@ class GRPOConfig(StrictConfig):
     @field_validator("loss")
     @classmethod
     def _known_loss(cls, v: str) -> str:
-        # imported here: the losses need torch, and a config that keeps the default loss never looks it up
-        from essaflow.grpo.losses import LOSSES
+        if v in BUILTIN_LOSSES:
+            return v
+        from essaflow.grpo.losses import LOSSES  # a plug-in's name: the registry (and torch) is needed to check it
 
         return LOSSES.check(v)
 
     @field_validator("advantage")
     @classmethod
     def _known_advantage(cls, v: str) -> str:
-        from essaflow.grpo.advantages import ADVANTAGES  # torch, as for the loss
+        if v in BUILTIN_ADVANTAGES:
+            return v
+        from essaflow.grpo.advantages import ADVANTAGES
 
         return ADVANTAGES.check(v)
 

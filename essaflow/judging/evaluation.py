@@ -7,12 +7,15 @@ import logging
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from essaflow.data.schema import Problem
 from essaflow.generation.config import SamplingConfig
-from essaflow.generation.sampling import Generator, Samples, sample_completions, warn_if_truncated
 from essaflow.judging.config import EvalConfig
 from essaflow.judging.rewards import AUTO_REWARD, get_reward, resolve_reward
+
+if TYPE_CHECKING:  # the engines need torch; a process that only reads reports (tracking, the gate) never loads them
+    from essaflow.generation.sampling import Generator, Samples
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +130,8 @@ def evaluate(
 
     Also measures the share of completions that hit sampling.max_new_tokens (warned above 10%) and keeps up to
     eval.samples_saved_per_problem completions per problem for the report."""
+    from essaflow.generation.sampling import sample_completions, warn_if_truncated
+
     if eval_cfg.max_problems is not None:
         problems = problems[: eval_cfg.max_problems]
     n, cap = eval_cfg.samples_per_problem, sampling.max_new_tokens

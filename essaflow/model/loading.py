@@ -14,8 +14,9 @@ from essaflow.model.config import ModelConfig, check_supported
 from essaflow.model.devices import resolve_device
 from essaflow.model.identity import BUILTIN_TINY, checkpoint_problem, model_identity, s3_version  # noqa: F401 - callers import these here
 from essaflow.model.quantization import quantize_base
-from essaflow.model.tiny import cache_root, tiny_base_path
+from essaflow.model.tiny import tiny_base_path
 from essaflow.storage.atomic_dir import atomic_dir
+from essaflow.storage.cache_dir import cache_root
 
 log = logging.getLogger(__name__)
 

@@ -19,8 +19,8 @@ from typing import Any
 from essaflow.config import PipelineConfig
 from essaflow.generation.sampling import resolve_backend
 from essaflow.judging.evaluation import EvalReport
-from essaflow.model.tiny import cache_root
 from essaflow.storage import open_store
+from essaflow.storage.cache_dir import cache_root
 from essaflow.training.contract import TrainCallbacks
 from essaflow.training.run import RunStorage, method_label, method_tags, train
 from essaflow.training.warm_start import evaluate_output, read_run_data, sft_start

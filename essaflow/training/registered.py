@@ -18,7 +18,6 @@ from essaflow.judging.config import EvalConfig
 from essaflow.judging.evaluation import EvalReport
 from essaflow.model.config import ModelConfig
 from essaflow.tracking import download_registered
-from essaflow.training.warm_start import evaluate_adapter
 
 
 @dataclass(frozen=True)
@@ -55,6 +54,8 @@ def evaluate_version(
     sampling: SamplingConfig,
 ) -> EvalReport:  # fmt: skip
     """pass@k (with per-problem counts) of registered `name` v`version` on `problems` under this protocol."""
+    from essaflow.training.warm_start import evaluate_adapter  # torch: only where a version is scored
+
     with tempfile.TemporaryDirectory(prefix="essaflow-registered-") as tmp:
         m = fetch_version(tracking_uri, name, version, Path(tmp))
         model_cfg = ModelConfig(name_or_path=m.base, revision=m.revision, dtype=m.dtype,

@@ -35,8 +35,8 @@ from essaflow.model.loading import (
     save_adapter,
 )
 from essaflow.model.quantization import quantize_base
-from essaflow.model.tiny import cache_root
 from essaflow.storage.atomic_dir import atomic_dir, committed_manifest
+from essaflow.storage.cache_dir import cache_root
 from essaflow.training.sft import train_sft
 
 log = logging.getLogger(__name__)

@@ -28,3 +28,9 @@ def test_the_cli_and_check_config_start_without_torch():
         "assert r.exit_code == 0, r.output"
     )
     assert _imported(code) == []
+
+
+def test_tracking_the_gate_and_the_gc_flow_import_without_torch():
+    # the promotion gate reads reports and registry tags; gc deletes storage: neither loads a model
+    code = "import essaflow.tracking, essaflow.judging.gate, flows.gc"
+    assert [m for m in _imported(code) if m in ("torch", "transformers", "peft")] == []

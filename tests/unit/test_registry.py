@@ -46,3 +46,10 @@ def test_an_entry_shipped_to_another_process_keeps_its_metadata():
 def test_loss_clip_defaults_are_registry_metadata():
     assert LOSSES.meta("dapo") == {"clip_low": 0.2, "clip_high": 0.28}
     assert resolve_clip("cispo", None, 3.0) == ClipRange(1.0, 3.0)
+
+
+def test_the_builtin_names_a_config_checks_without_torch_are_the_registered_ones():
+    from essaflow.grpo.advantages import ADVANTAGES
+    from essaflow.grpo.config import BUILTIN_ADVANTAGES, BUILTIN_LOSSES
+
+    assert sorted(BUILTIN_LOSSES) == LOSSES.names() and sorted(BUILTIN_ADVANTAGES) == ADVANTAGES.names()
