@@ -19,7 +19,6 @@ from essaflow.refs import DatasetRef, RunRef
 from essaflow.storage import MANIFEST, StorageError, open_store
 from essaflow.timing import Timer
 from essaflow.tracking.datasets import log_dataset_inputs
-from essaflow.training.warm_start import read_run_data
 from tasks.retry import retry_policy
 from tasks.run import record_stage, tracked
 
@@ -88,6 +87,9 @@ def prepare_dataset(
     """Source (and the held-out source, eval.data) -> normalized Problems -> filters -> sft/train/eval Parquet in
     datasets/<name>/<content hash>/, with the snapshot that was read. model: whose tokenizer data.max_prompt_tokens
     counts with."""
+    # the library's model stack (torch) is imported where a task body runs: deploying a flow imports its tasks
+    from essaflow.training.warm_start import read_run_data
+
     timer = Timer()
     with timer.part("compute"):
         prepared = read_run_data(data, held_out, model)

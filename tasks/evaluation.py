@@ -12,7 +12,6 @@ from essaflow.refs import AdapterRef, DatasetRef, EvalRef, RunRef
 from essaflow.storage import open_store
 from essaflow.timing import Timer
 from essaflow.training.registered import evaluate_version
-from essaflow.training.warm_start import evaluate_adapter, evaluate_output
 from tasks.retry import retry_policy
 from tasks.run import record_stage, tracked
 
@@ -50,6 +49,8 @@ def evaluate(
         splits = read_dataset(dataset)
         adapter_dir = fetch_dir(adapter.uri, adapter.digest) if adapter is not None else None
     with timer.part("compute"):
+        from essaflow.training.warm_start import evaluate_adapter, evaluate_output  # torch, as in tasks/data.py
+
         fmt = data.prompt_format()
         if adapter_dir is None:
             report = evaluate_adapter(model, None, splits.eval, eval_cfg, sampling, fmt)

@@ -8,7 +8,6 @@ from pathlib import Path
 from prefect import get_run_logger, task
 
 from essaflow.config import ModelConfig
-from essaflow.model.loading import resolve_model_path
 from essaflow.refs import ModelRef
 from essaflow.timing import Timer
 from tasks.retry import retry_policy
@@ -39,6 +38,8 @@ def build_base_model(model: ModelConfig) -> ModelRef:
     """The base checkpoint on this machine (built or downloaded once, then cached)."""
     timer = Timer()
     with timer.part("compute"):
+        from essaflow.model.loading import resolve_model_path  # torch, as in tasks/data.py
+
         path = resolve_model_path(model.name_or_path)
     get_run_logger().info("base model %s -> %s", model.name_or_path, path)
     return ModelRef(

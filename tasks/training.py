@@ -27,7 +27,6 @@ from essaflow.tracking.buffer import BufferedStepMetrics
 from essaflow.training import run as training
 from essaflow.training.contract import TrainCallbacks
 from essaflow.training.run import RunStorage, method_tags
-from essaflow.training.warm_start import cached_sft_adapter, sft_key
 from tasks.progress import StageProgress
 from tasks.retry import retry_policy
 from tasks.run import record_stage, tracked
@@ -62,6 +61,8 @@ def warm_start(
         with timer.part("storage"):
             ref = _given_adapter(adapter_uri, store)
         return ref.model_copy(update={"stage": "warm_start", "timings": timer.timings()})
+    from essaflow.training.warm_start import cached_sft_adapter, sft_key  # torch, as in tasks/data.py
+
     with timer.part("storage"):
         splits = read_dataset(dataset)
         prefix = f"adapters/sft/{sft_key(model, sft, splits.sft)}"

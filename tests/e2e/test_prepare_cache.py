@@ -21,13 +21,13 @@ SCRIPT = textwrap.dedent(
     import json, os, sys, time
     from pathlib import Path
 
-    import tasks.data as task_module
+    import essaflow.training.warm_start as stage
     from cli.common import service_env
 
     service_env()
     runs = []
-    real = task_module.read_run_data
-    task_module.read_run_data = lambda *a: runs.append(1) or real(*a)  # counts task bodies that ran
+    real = stage.read_run_data
+    stage.read_run_data = lambda *a: runs.append(1) or real(*a)  # counts task bodies that ran (they import it)
 
     from essaflow.config import DataConfig
     from flows.prepare import prepare
