@@ -19,6 +19,7 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -258,8 +259,10 @@ def killed(stack, scheduled) -> SimpleNamespace:
     run = _wait(lambda: _runs(stack.env, "unattended-kill"), 30, "the flow run")[0]
     run_id = str(run.id)
     store = stack.s3.store(stack.store_uri.removeprefix(f"s3://{stack.s3.bucket}/"))  # this process's S3 client
-    _wait(lambda: [k for k in store.list(f"runs/{run_id}/checkpoints") if k.endswith("manifest.json")], 600,
-          "a checkpoint of the run", every=0.5)  # fmt: skip
+    # committed: the step's manifest beside data/ (the trainer's own data/manifest.json is uploaded before it)
+    committed = re.compile(rf"runs/{run_id}/checkpoints/[^/]+/manifest\.json$")
+    _wait(lambda: [k for k in store.list(f"runs/{run_id}/checkpoints") if committed.search(k)], 600,
+          "a committed checkpoint of the run", every=0.5)  # fmt: skip
     holder = current_lease(store, run_id)  # the process running the flow holds the run's lease
     proc = psutil.Process(holder.pid)
     assert proc in psutil.Process(stack.worker.pid).children(recursive=True)  # the worker's flow-run process
