@@ -2,13 +2,16 @@
 
 CleanRL-style smoke test of the whole learner: real tiny model, real task, real reward, in-process, from the
 pipeline's SFT start (`cached_sft_adapter`: trained once per test session and shared with any other test that
-uses the tiny presets). F-GRPO with gamma 0.5, 60 steps at lr 1e-3 (faster than the preset's 3e-4; measured
-gains over 3 seeds: pass@1 +3.3 / +4.6 / +5.1 points, greedy +2.7 / +4.7 / +4.7).
+uses the tiny presets). F-GRPO with gamma 0.5, 60 steps at lr 1e-3 (faster than the preset's 3e-4), three training
+seeds. One seed's gain depends on the CPU's float rounding (one machine measured pass@1 +1.0 / +4.1 / +4.4 points
+and greedy +0.4 / +5.1 / +5.1 for seeds 0 / 1 / 2, another +3.3 / +4.6 / +5.1), so the test asserts on the mean
+over the seeds and that no seed makes the policy worse.
 
 No server: it lives in tests/learning (training that proves learning on held-out data), not tests/integration.
 """
 
 from pathlib import Path
+from statistics import mean
 
 import pytest
 
@@ -18,6 +21,7 @@ from essaflow.training.warm_start import cached_sft_adapter, evaluate_adapter, p
 
 pytestmark = pytest.mark.learning
 PRESET = Path(__file__).resolve().parents[2] / "configs" / "tiny-fgrpo.yaml"
+SEEDS = (0, 1, 2)
 
 
 def test_grpo_raises_held_out_reward_on_the_tiny_model(tmp_path):
@@ -27,8 +31,15 @@ def test_grpo_raises_held_out_reward_on_the_tiny_model(tmp_path):
     start = cached_sft_adapter(cfg.model, cfg.sft, splits, cfg.data.prompt_format())
     eval_cfg = EvalConfig(samples_per_problem=8, ks=[1, 8])
     before = evaluate_adapter(cfg.model, start, splits.eval, eval_cfg, cfg.sampling)
-    result = train_grpo(cfg, splits, start, tmp_path / "out")
-    after = evaluate_adapter(cfg.model, result.output_dir, splits.eval, eval_cfg, cfg.sampling)
-    print("before", before.summary(), "after", after.summary())
-    assert after.pass_at_k["1"] >= before.pass_at_k["1"] + 0.02
-    assert after.greedy > before.greedy
+    pass1_gain, greedy_gain = [], []
+    for seed in SEEDS:
+        seeded = load_config(PRESET, [*overrides, f"grpo.seed={seed}"])
+        result = train_grpo(seeded, splits, start, tmp_path / f"seed{seed}")
+        after = evaluate_adapter(cfg.model, result.output_dir, splits.eval, eval_cfg, cfg.sampling)
+        print(f"grpo.seed={seed}: before", before.summary(), "after", after.summary())
+        pass1_gain.append(after.pass_at_k["1"] - before.pass_at_k["1"])
+        greedy_gain.append(after.greedy - before.greedy)
+    print(f"mean gain over seeds {SEEDS}: pass@1 {mean(pass1_gain):+.4f}, greedy {mean(greedy_gain):+.4f}")
+    assert mean(pass1_gain) >= 0.02, pass1_gain
+    assert mean(greedy_gain) >= 0.01, greedy_gain
+    assert min(pass1_gain) >= 0, pass1_gain  # no seed makes the policy worse
