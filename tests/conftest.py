@@ -23,33 +23,23 @@ torch.set_num_threads(1)
 
 #: The modules that take longest, slowest first (the durations `make test` prints). With `--dist loadfile
 #: --no-loadscope-reorder` the test workers take files in collection order, so the long ones start at once and the
-#: many short files fill in beside them, instead of one long file starting last and running alone. Every module over
-#: about 20 s is listed, so none of them is left for the end (the vLLM modules are collected last).
+#: many short files fill in beside them, instead of one long file starting last and running alone.
 SLOWEST_FIRST = (
     "tests/integration/test_unattended.py",
-    "tests/integration/test_pipeline_resume.py",
     "tests/integration/multinode/test_pipelines_on_cluster.py",
+    "tests/integration/test_pipeline_resume.py",
     "tests/e2e/test_recipe_rehearsals.py",
-    "tests/learning/test_grpo_learning.py",
-    "tests/e2e/test_cli_finetune.py",
-    "tests/learning/test_essa_learning.py",
-    "tests/vllm/test_vllm_engine.py",
-    "tests/vllm/test_vllm_ray.py",
-    "tests/integration/test_pipeline_deployment.py",
-    "tests/integration/test_compare_flow.py",
-    "tests/integration/test_essa_ray.py",
     "tests/integration/test_essa_seedsync.py",
-    "tests/integration/test_pipeline_faults.py",
-    "tests/e2e/test_browser_ui_run.py",
-    "tests/integration/test_gc.py",
+    "tests/e2e/test_cli_finetune.py",
     "tests/e2e/test_cli_stack.py",
-    "tests/learning/test_sft_learning.py",
-    "tests/integration/test_grpo_ray.py",
-    "tests/integration/multinode/test_multinode.py",
-    "tests/integration/test_pipeline_gate.py",
-    "tests/e2e/test_prepare_cache.py",
-    "tests/integration/test_pipeline_bad_input.py",
-    "tests/integration/test_pipeline_growing_data.py",
+    "tests/integration/test_pipeline_deployment.py",
+    "tests/learning/test_essa_learning.py",
+    "tests/integration/test_compare_flow.py",
+    "tests/e2e/test_browser_ui_run.py",
+    "tests/integration/test_essa_ray.py",
+    "tests/integration/test_pipeline_faults.py",
+    "tests/learning/test_grpo_learning.py",
+    "tests/integration/test_gc.py",
 )
 
 
