@@ -4,8 +4,8 @@ CleanRL-style smoke test of the whole learner: real tiny model, real task, real 
 pipeline's SFT start (`cached_sft_adapter`: trained once per test session and shared with any other test that
 uses the tiny presets). F-GRPO with gamma 0.5, 60 steps at lr 1e-3 (faster than the preset's 3e-4), three training
 seeds. One seed's gain depends on the CPU's float rounding (one machine measured pass@1 +1.0 / +4.1 / +4.4 points
-and greedy +0.4 / +5.1 / +5.1 for seeds 0 / 1 / 2, another +3.3 / +4.6 / +5.1), so the test asserts on the mean
-over the seeds and that no seed makes the policy worse.
+and greedy +0.4 / +5.1 / +5.1 for grpo.seed 0 / 1 / 2; another, pass@1 +3.3 / +4.6 / +5.1 over three seeds), so the
+test asserts on the mean over the seeds and that no seed makes the policy worse.
 
 No server: it lives in tests/learning (training that proves learning on held-out data), not tests/integration.
 """
