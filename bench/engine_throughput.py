@@ -20,13 +20,14 @@ import numpy as np
 import torch
 
 from essaflow.config import load_config
+from essaflow.data.prepare import prepare_splits
 from essaflow.essa.scorer import CandidateScorer
-from essaflow.essa.trainer import scoring_spec
+from essaflow.essa.scoring_spec import scoring_spec
 from essaflow.generation.config import VLLMConfig
 from essaflow.grpo.engine import PolicyEngine
 from essaflow.grpo.rollout import hash_keys, sample
 from essaflow.model.loading import load_adapter, load_base_model, load_tokenizer, resolve_model_path
-from essaflow.training.warm_start import cached_sft_adapter, prepare_splits
+from essaflow.training.warm_start import cached_sft_adapter
 
 
 def essa_rates(cfg, splits, adapter, population: int, minibatch: int) -> dict:

@@ -22,12 +22,13 @@ import torch
 from torch.func import functional_call
 
 from essaflow.config import load_config
+from essaflow.data.prepare import prepare_splits
 from essaflow.essa.svd_lora import SVDLoRA
 from essaflow.generation.sampling import TransformersGenerator
 from essaflow.judging.evaluation import evaluate
 from essaflow.model.loading import load_model_with_adapter
 from essaflow.model.tiny import answer_only_batch
-from essaflow.training.warm_start import cached_sft_adapter, prepare_splits
+from essaflow.training.warm_start import cached_sft_adapter
 
 
 def main() -> None:

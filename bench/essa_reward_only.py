@@ -22,8 +22,10 @@ from pathlib import Path
 import numpy as np
 
 from essaflow.config import load_config
-from essaflow.essa.trainer import train_essa
-from essaflow.training.warm_start import cached_sft_adapter, evaluate_output, prepare_splits
+from essaflow.data.prepare import prepare_splits
+from essaflow.essa.loop import train_essa
+from essaflow.judging.model_eval import evaluate_output
+from essaflow.training.warm_start import cached_sft_adapter
 
 
 def run_one(cfg, splits, sft, before, seed: int) -> dict:

@@ -6,7 +6,7 @@
    four runs; the bench checks. Candidates/s is timed over the generations after the first (first-call
    allocations); the four settings run in rotation `--rounds` times and the medians are quoted; the machine's load
    (`uptime`) is printed, since other processes share the cores.
-2. Bytes per generation each mode moves (serialized payload sizes as counted by `population.py`: calls out,
+2. Bytes per generation each mode moves (serialized payload sizes as counted by `population.payload_bytes`: calls out,
    answers back, resync states included) against what one GRPO step would all-reduce for the same LoRA:
 
        grpo_bytes = 4 bytes (fp32) x trainable LoRA parameters x 2
@@ -32,16 +32,17 @@ import ray
 import torch
 
 from essaflow.config import load_config
-from essaflow.essa.population import RayPopulation
+from essaflow.data.prepare import prepare_splits
+from essaflow.essa.distributed import RayPopulation
+from essaflow.essa.scoring_spec import scoring_spec
 from essaflow.essa.step import run_generation, start_search
 from essaflow.essa.svd_lora import SVDLoRA
-from essaflow.essa.trainer import scoring_spec
 from essaflow.model.loading import load_model_with_adapter
-from essaflow.training.warm_start import cached_sft_adapter, prepare_splits
+from essaflow.training.warm_start import cached_sft_adapter
 
 
 def measure(spec, cfg, dimension: int, generations: int, workers: int, sync: str) -> dict:
-    """One search of `generations` generations on a fresh pool (the trainer's `run_generation`): fitness, timing
+    """One search of `generations` generations on a fresh pool (the loop's `run_generation`): fitness, timing
     and bytes per generation."""
     e = cfg.essa
     pool = RayPopulation(spec, workers=workers, inflight=e.inflight_per_worker, sync=sync)

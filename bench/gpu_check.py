@@ -2,7 +2,7 @@
 
 Prepared for the `device` machine (one GPU, minutes of budget): every part is small, timed and printed as one JSON
 line per part, and a part that fails prints its error and lets the others run. Nothing here runs in the test
-suite (there is no GPU on CI); the CPU-visible logic of each path is unit-tested (tests/unit/test_gpu_paths.py).
+suite (there is no GPU on CI); the CPU-visible logic of each path is unit-tested (tests/unit/model/test_gpu_paths.py).
 
 1. vllm: the SFT adapter merged into plain weights (`models.export_merged`), loaded by vLLM in bfloat16; held-out
    greedy accuracy and pass@k next to the transformers backend on the same GPU, and tokens/s of both.
@@ -45,11 +45,12 @@ import numpy as np
 import torch
 
 from essaflow.config import PipelineConfig, load_config
+from essaflow.data.prepare import prepare_splits
 from essaflow.generation.config import VLLMConfig
 from essaflow.generation.sampling import TransformersGenerator, VLLMGenerator
 from essaflow.judging.evaluation import evaluate
 from essaflow.model.loading import export_merged, load_model_with_adapter
-from essaflow.training.warm_start import cached_sft_adapter, prepare_splits
+from essaflow.training.warm_start import cached_sft_adapter
 
 PARTS = ("vllm", "bf16_grpo", "essa_gpu", "quantization", "engines", "fsdp2_bf16")
 ENGINE_BASES = {"bf16": ("none", None), "int8": ("int8", "fp8"), "int4": ("int4", "bitsandbytes")}
@@ -113,7 +114,7 @@ def part_engines(cfg: PipelineConfig, splits, adapter: Path, device: str) -> dic
 def part_bf16_grpo(cfg: PipelineConfig, splits, adapter: Path, steps: int, device: str) -> dict:
     from safetensors.torch import load_file
 
-    from essaflow.grpo.trainer import train_grpo
+    from essaflow.grpo.loop import train_grpo
 
     run = cfg.model_copy(deep=True)
     run.model = run.model.model_copy(update={"dtype": "bfloat16", "device": device})
@@ -140,9 +141,9 @@ def part_essa_gpu(cfg: PipelineConfig, splits, adapter: Path, workers_per_gpu: i
     import ray
 
     from essaflow.cluster import gpus_per_worker
-    from essaflow.essa.minibatch import MinibatchSampler, generation_seed
-    from essaflow.essa.population import RayPopulation
-    from essaflow.essa.trainer import scoring_spec
+    from essaflow.essa.distributed import RayPopulation
+    from essaflow.essa.prompt_sampler import MinibatchSampler, generation_seed
+    from essaflow.essa.scoring_spec import scoring_spec
 
     gpu = device == "cuda"
     ray.init(address="local", num_cpus=4, num_gpus=1 if gpu else 0, include_dashboard=False, log_to_driver=False)
@@ -215,7 +216,7 @@ def _bnb_scorer(spec, kind: str):
 def part_quantization(cfg: PipelineConfig, splits, adapter: Path, device: str) -> dict:
     """Held-out greedy at the SFT point (offsets 0, every eval problem) and candidates/s on 128 of them."""
     from essaflow.essa.scorer import CandidateScorer
-    from essaflow.essa.trainer import scoring_spec
+    from essaflow.essa.scoring_spec import scoring_spec
 
     gpu = device == "cuda"
     dtype = "bfloat16" if gpu else "float32"

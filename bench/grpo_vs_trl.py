@@ -24,11 +24,12 @@ from pathlib import Path
 import torch
 
 from essaflow.config import load_config
-from essaflow.grpo.trainer import train_grpo
+from essaflow.data.prepare import prepare_splits
+from essaflow.grpo.loop import train_grpo
 from essaflow.judging.evaluation import evaluate
 from essaflow.judging.rewards import get_reward
 from essaflow.model.loading import load_adapter, load_base_model, load_tokenizer
-from essaflow.training.warm_start import cached_sft_adapter, prepare_splits
+from essaflow.training.warm_start import cached_sft_adapter
 
 
 def held_out(model, tok, problems, cfg) -> dict[str, float]:

@@ -11,7 +11,9 @@ import os
 import time
 
 from essaflow.config import load_config
-from essaflow.training.warm_start import cached_sft_adapter, evaluate_output, prepare_splits
+from essaflow.data.prepare import prepare_splits
+from essaflow.judging.model_eval import evaluate_output
+from essaflow.training.warm_start import cached_sft_adapter
 
 
 def main() -> None:

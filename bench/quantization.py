@@ -3,7 +3,7 @@
 For each model, side by side: full precision with merged scoring (the default path), full precision on the LoRA
 path (what a quantised base has to use, docs/algorithms.md sec. 6.15), and int8 (int4 too where there is a kernel:
 CUDA + bfloat16 only, so not on CPU). Scorers are `essaflow.essa.scorer.CandidateScorer`, built from the
-pipeline's own ScoringSpec (`essa.trainer.scoring_spec`), one torch thread each.
+pipeline's own ScoringSpec (`essa.scoring_spec.scoring_spec`), one torch thread each.
 
 (a) tiny: `builtin:tiny` with its cached SFT adapter (`warm_start.cached_sft_adapter`, as bench/essa_scaling.py):
     held-out greedy accuracy on the eval split at offsets 0 (the SFT point), the fitness of the same candidates
@@ -33,14 +33,15 @@ import numpy as np
 import torch
 
 from essaflow.config import PipelineConfig, load_config
-from essaflow.essa.minibatch import MinibatchSampler
+from essaflow.data.prepare import prepare_splits
+from essaflow.essa.prompt_sampler import MinibatchSampler
 from essaflow.essa.scorer import CandidateScorer
-from essaflow.essa.trainer import scoring_spec
+from essaflow.essa.scoring_spec import scoring_spec
 from essaflow.judging.evaluation import greedy_accuracy
 from essaflow.model.quantization import check_supported, is_quantized
 from essaflow.model.tiny import build_char_tokenizer
 from essaflow.storage.cache_dir import cache_root
-from essaflow.training.warm_start import cached_sft_adapter, prepare_splits
+from essaflow.training.warm_start import cached_sft_adapter
 
 ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 

@@ -53,7 +53,7 @@ def check_config(
             typer.echo("no cluster to check: neither ray_address nor RAY_ADDRESS is set (a local Ray starts)", err=True)
         else:
             try:
-                request = check_training_fits(cfg.method, cfg.essa, cfg.grpo, cfg.ray_address)
+                request = check_training_fits(cfg.cluster_request(), cfg.ray_address)
             except ClusterCapacityError as err:
                 typer.echo(f"error: ClusterCapacityError: {err}", err=True)
                 raise typer.Exit(1) from None

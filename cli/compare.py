@@ -13,7 +13,7 @@ from cli.pipeline import fail_unless_completed, progress_bars, quiet_console_tra
 from essaflow.config_base import ConfigError
 
 
-def compare(
+def compare_methods(
     config: Annotated[Path, typer.Argument(help="compare YAML (configs/compare-tiny.yaml)")],
     set_: SetOpt = None,
     progress: Annotated[bool, typer.Option(help="progress bars on stderr")] = True,
@@ -33,8 +33,8 @@ def compare(
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
     service_env()
+    from essaflow.runs.failure import describe
     from flows.compare import compare as compare_flow
-    from tasks import failures
 
     quiet_console_tracebacks()
     start = time.perf_counter()
@@ -42,7 +42,7 @@ def compare(
         with progress_bars(progress):
             state = compare_flow(cfg, return_state=True)
     except Exception as err:  # the orchestrator itself
-        fail(failures.describe(err), "orchestration", None, [])
+        fail(describe(err), "orchestration", None, [])
     fail_unless_completed(state, [])
     for line in _summary_lines(state.result()):
         typer.echo(line, err=True)

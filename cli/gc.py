@@ -10,7 +10,7 @@ from cli.common import emit, fail, flow_logging, refuse, service_env
 from cli.pipeline import credentials_to_env, fail_unless_completed, quiet_console_tracebacks
 
 
-def gc(
+def collect_garbage(
     keep_runs: Annotated[int, typer.Option(help="runs of each pipeline kept whole (the newest)")] = 5,
     storage_uri: Annotated[str | None, typer.Option(help="artifact root (default: ESSAFLOW_STORAGE_URI)")] = None,
     tracking_uri: Annotated[str | None, typer.Option(help="MLflow registry (default: MLFLOW_TRACKING_URI)")] = None,
@@ -29,14 +29,14 @@ def gc(
     except ValidationError as err:
         refuse([f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors()])
     service_env()
+    from essaflow.runs.failure import describe
     from flows.gc import gc as gc_flow
-    from tasks import failures
 
     quiet_console_tracebacks()
     try:
         state = gc_flow(credentials_to_env(retention), dry_run=dry_run, return_state=True)
     except Exception as err:  # the orchestrator itself
-        fail(failures.describe(err), "orchestration", None, [])
+        fail(describe(err), "orchestration", None, [])
     fail_unless_completed(state, [], name_run=False)
     out = state.result()
     verb = "would delete" if dry_run else "deleted"

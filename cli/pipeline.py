@@ -93,6 +93,7 @@ def preflight(cfg: PipelineConfig) -> None:
 def fail_unless_completed(state: Any, rerun: list[str], name_run: bool = True) -> None:
     """A flow run that did not complete ends the command through `fail`: its failed stage's error (else the flow's),
     the run id when `name_run` (with the command that resumes it, given `rerun`), exit status 1."""
+    from essaflow.runs.failure import describe
     from tasks import failures
 
     failure, run_id = failures.pop(str(state.state_details.flow_run_id))
@@ -102,7 +103,7 @@ def fail_unless_completed(state: Any, rerun: list[str], name_run: bool = True) -
         state.result()
         error = state.message or state.name
     except BaseException as err:
-        error = failures.describe(err)
+        error = describe(err)
     run_id = run_id if name_run else None
     if failure is None:
         fail(error, "flow", run_id, rerun)
@@ -121,12 +122,12 @@ def finetune_summary(
 
     On failure: the failed stage's error as one line on stderr and as the JSON line last on stdout, with the run id
     and the command that resumes it; exit status 1 (the traceback is in the run's log, not on the terminal).
-    A run with nothing new (essaflow/training/nothing_new.py) reports `state: skipped` and the reason.
+    A run with nothing new (essaflow/runs/skip.py) reports `state: skipped` and the reason.
     """
     start = time.perf_counter()
     service_env()
+    from essaflow.runs.failure import describe
     from flows.finetune import finetune
-    from tasks import failures
 
     quiet_console_tracebacks()
     rerun = rerun or ["essaflow", "run"]
@@ -134,7 +135,7 @@ def finetune_summary(
         with progress_bars(progress):
             state = finetune(credentials_to_env(cfg), resume=resume, force=force, return_state=True)
     except Exception as err:  # the orchestrator itself (e.g. Prefect's API did not start)
-        fail(failures.describe(err), "orchestration", resume if resume and resume != "last" else None, rerun)
+        fail(describe(err), "orchestration", resume if resume and resume != "last" else None, rerun)
         raise  # not reached: fail() exits
     fail_unless_completed(state, rerun)
     result = state.result()

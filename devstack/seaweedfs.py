@@ -72,7 +72,19 @@ def start_seaweedfs(
     state_dir = Path(state_dir).absolute()
     data_dir = state_dir / "seaweedfs"
     data_dir.mkdir(parents=True, exist_ok=True)
-    identities = state_dir / "seaweedfs.identities.json"
+    identities = _write_identities(state_dir / "seaweedfs.identities.json", access_key, secret_key)
+    argv = _weed_argv(state_dir, data_dir, identities, s3_port, _weed_ports(state_dir))
+    if buckets:
+        argv.append(f"-bucket={','.join(buckets)}")
+    # The server gets no AWS_* variables: SeaweedFS would treat them as extra credentials.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_") and not k.startswith("S3_")}
+    url = f"http://{LOCALHOST}:{s3_port}"
+    ready = http_ready(url + "/")
+    return start_process("seaweedfs", argv, env, state_dir, s3_port, url=url, ready=ready, timeout=timeout)
+
+
+def _write_identities(path: Path, access_key: str, secret_key: str) -> Path:
+    """The S3 gateway's only identity (these credentials, every action), written mode 0600."""
     config = {
         "identities": [
             {
@@ -82,10 +94,14 @@ def start_seaweedfs(
             }
         ]
     }
-    fd = os.open(identities, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         json.dump(config, f)
-    p = _weed_ports(state_dir)
+    return path
+
+
+def _weed_argv(state_dir: Path, data_dir: Path, identities: Path, s3_port: int, p: dict[str, int]) -> list[str]:
+    """`weed mini` on 127.0.0.1 with the S3 API on s3_port, every internal port from `p`, extras off."""
     argv = [
         weed_binary(),
         "mini",
@@ -116,10 +132,4 @@ def start_seaweedfs(
             f"-filer.localSocket={state_dir / 'seaweedfs-filer.sock'}",
             f"-s3.localSocket={state_dir / 'seaweedfs-s3.sock'}",
         ]
-    if buckets:
-        argv.append(f"-bucket={','.join(buckets)}")
-    # The server gets no AWS_* variables: SeaweedFS would treat them as extra credentials.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_") and not k.startswith("S3_")}
-    url = f"http://{LOCALHOST}:{s3_port}"
-    ready = http_ready(url + "/")
-    return start_process("seaweedfs", argv, env, state_dir, s3_port, url=url, ready=ready, timeout=timeout)
+    return argv

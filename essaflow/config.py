@@ -34,6 +34,7 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from essaflow.cluster.config import ESSAWorkersConfig, GRPOWorkersConfig, RayWorkersConfig
+from essaflow.cluster.request import TrainingRequest
 from essaflow.config_base import ConfigError, StrictConfig, changed_trajectory, trajectory_values
 from essaflow.data.config import DataConfig, SyntheticTaskConfig
 from essaflow.essa.config import ESSAConfig
@@ -93,6 +94,12 @@ class PipelineConfig(StrictConfig):
     `registry`); otherwise the new version becomes challenger."""
     registry: GateConfig = GateConfig()
     """The promotion gate: minimum gain, confidence, guard metrics (docs/compare.md, "The promotion gate")."""
+
+    def cluster_request(self) -> TrainingRequest | None:
+        """The Ray workers this run's training asks for: its method's request (None: method none, or training in
+        process). `essaflow.cluster.preflight.check_training_fits` checks it against a cluster."""
+        method = {"essa": self.essa, "fgrpo": self.grpo}.get(self.method)
+        return None if method is None else method.cluster_request()
 
     @model_validator(mode="after")
     def _defaults_that_follow_the_data_and_model(self) -> PipelineConfig:

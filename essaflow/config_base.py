@@ -1,14 +1,14 @@
-"""What every config shares: strict pydantic models, one error type, trajectory marks and renamed keys.
+"""What every config shares: strict pydantic models, one error type, trajectory marks and key aliases.
 
 Each stage's config lives beside the code it configures (`essa/config.py`, `grpo/config.py`, `data/config.py`,
-`model/loading.py`, ...); `config.py` composes them into the pipeline config. This module holds only the pieces they
+`model/config.py`, ...); `config.py` composes them into the pipeline config. This module holds only the pieces they
 all use, so no config module imports another stage's code.
 
 - **Trajectory marks.** A field declared with :func:`trajectory` changes what a training run computes, so a
   checkpoint written under one value must not be resumed under another. :func:`trajectory_values` collects the
   marked fields of a config tree as dotted keys; checkpoints store them and the resume check compares them.
-- **Renamed keys.** :func:`renamed_keys` lets a config accept a moved key's previous spelling with a one-line
-  deprecation message, for one release.
+- **Key aliases.** :func:`renamed_keys` lets a section accept a flat alias of a nested key (`worker_cpus` for
+  `workers.cpus`): the value moves to its dotted place and one warning line names the spelling to write.
 """
 
 from __future__ import annotations
@@ -72,10 +72,11 @@ def changed_trajectory(saved: dict[str, Any], current: dict[str, Any]) -> list[s
 
 
 def renamed_keys(tree: Any, renames: dict[str, str], section: str) -> Any:
-    """Move old keys of a raw config mapping to their new dotted place, logging one line per old key.
+    """Move each alias of a raw config mapping to its dotted place, logging one line per alias given.
 
-    `renames` maps an old key to its new dotted path inside the same section, e.g. {"worker_cpus": "workers.cpus"}.
-    An old key given together with its new spelling is an error (which one would win is a guess).
+    `renames` maps an alias to the dotted path it stands for inside the same section, e.g.
+    {"worker_cpus": "workers.cpus"}. An alias given together with the key it stands for is an error (which one
+    would win is a guess).
     """
     if not isinstance(tree, dict) or not any(old in tree for old in renames):
         return tree

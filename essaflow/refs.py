@@ -74,21 +74,18 @@ class ModelRef(Ref):
     """Hash of the resolved checkpoint's config files (or the hub id and revision)."""
 
 
-class AdapterRef(Ref):
-    uri: str
-    """Directory artifact: a peft adapter (safetensors + adapter_config.json + tokenizer), or a full checkpoint
-    when output_kind is full."""
-    digest: str
-    """Content digest (hash of its manifest's file list)."""
-    kind: str
-    """sft | essa | fgrpo | none | given."""
+class TrainingSummary(BaseModel):
+    """What training reported about an adapter: built once from the trainer's result (essaflow.training.run), read
+    by registration (the method tags), the run's summary and its JSON line (`training`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
     method_label: str = ""
     """The method variant that trained it, e.g. ESSA(es, accuracy) or F-GRPO(gamma=1)."""
     fitness_kind: str = ""
     """ESSA: black-box reward or gray-box: needs reference answers (empty for other methods)."""
-    output_kind: str = "lora"
-    """lora: a LoRA adapter for the base model; full: a whole fine-tuned checkpoint (F-GRPO grpo.parameters=full)."""
     steps: int = 0
+    """Generations (ESSA), optimizer steps (F-GRPO) or SFT steps (the warm start) behind it."""
     resumed_from: int | None = None
     """Step/generation of the checkpoint the last training attempt resumed from (None: it started fresh)."""
     work_by_node: dict[str, int] = {}
@@ -104,7 +101,37 @@ class AdapterRef(Ref):
     memory_per_rank: dict[str, int] = {}
     """F-GRPO: bytes of params, grads, optimizer state and total one rank held (its shards under fsdp)."""
     usage: dict[str, float] = {}
-    """What training spent: generated_tokens, forward_tokens, backward_tokens, device_s (essaflow/training/usage.py)."""
+    """What training spent: generated_tokens, forward_tokens, backward_tokens, device_s (essaflow/usage.py)."""
+
+    def metrics_row(self) -> dict[str, Any]:
+        """The MLflow `train.summary` row: steps, wall time, bytes per update, nodes used, workers lost, usage
+        (`usage_*`), bytes one rank held (`memory_per_rank_*`) and, for a resumed run, where it resumed."""
+        row: dict[str, Any] = {
+            "steps": self.steps,
+            "wall_s": self.wall_s,
+            "bytes_per_update": self.bytes_per_update,
+            "nodes_used": len(self.work_by_node),
+            "worker_failures": self.worker_failures,
+            **{f"usage_{k}": v for k, v in self.usage.items()},
+            **{f"memory_per_rank_{k}": v for k, v in self.memory_per_rank.items()},
+        }
+        if self.resumed_from is not None:
+            row["resumed_from"] = self.resumed_from
+        return row
+
+
+class AdapterRef(Ref):
+    uri: str
+    """Directory artifact: a peft adapter (safetensors + adapter_config.json + tokenizer), or a full checkpoint
+    when output_kind is full."""
+    digest: str
+    """Content digest (hash of its manifest's file list)."""
+    kind: str
+    """sft | essa | fgrpo | none | given."""
+    output_kind: str = "lora"
+    """lora: a LoRA adapter for the base model; full: a whole fine-tuned checkpoint (F-GRPO grpo.parameters=full)."""
+    training: TrainingSummary = TrainingSummary()
+    """What training reported (the defaults for an adapter that was not trained here)."""
     metrics_uri: str = ""
     """The trainer's rows, one per generation/step (JSON lines), in storage."""
 
@@ -166,7 +193,8 @@ class PipelineResult(BaseModel):
     data: dict[str, Any] = {}
     """The data read: snapshot (its digest), files (how many), eval_overlap_dropped, held_out_unused."""
     training: dict[str, Any] = {}
-    """The training stage: method, steps, resumed_from, work_by_node (Ray node -> work), worker_failures."""
+    """The training stage: the adapter's kind and its TrainingSummary (method label, fitness kind, steps,
+    resumed_from, work_by_node, worker_failures, wall time, bytes per update, sharding, memory per rank, usage)."""
     data_filtered: dict[str, int] = {}
     """Problems each data filter dropped (data.max_prompt_tokens, data.conflicting_duplicates), as the dataset
     recorded them."""
@@ -181,7 +209,7 @@ class PipelineResult(BaseModel):
 
 
 class RunInputs(Ref):
-    """A run's inputs (essaflow/training/nothing_new.py) and, when they equal the last completed run's, why it skips."""
+    """A run's inputs (essaflow/runs/skip.py) and, when they equal the last completed run's, why it skips."""
 
     inputs: dict[str, str]
     """{"data": data snapshot digest, "config": config digest, "base": base model identity}."""

@@ -15,14 +15,19 @@ from essaflow.compare import CompareConfig, load_compare_config
 from essaflow.compare.config import Arm
 from essaflow.compare.results import ArmResult
 from essaflow.refs import AdapterRef, DatasetRef, EvalRef, RunRef
+from essaflow.runs.comparison import task_config
 from flows.parameters import preset_path
-from tasks.compare import close_arm, mark_compare_failed, open_arm, open_comparison, task_config, write_report
+from tasks.compare import close_arm, mark_compare_failed, open_arm, open_comparison, write_report
 from tasks.data import prepare_dataset
-from tasks.evaluation import evaluate
+from tasks.evaluation import evaluate_pass_at_k
 from tasks.model import build_base_model
-from tasks.training import train, warm_start
+from tasks.training import train_adapter, warm_start
 
 PRESET = "compare-tiny"
+SHARED_STAGES = ("prepare_dataset", "build_base_model", "warm_start", "evaluate-sft")
+"""The stages before the arms that report to the progress counter."""
+ARM_STAGES = ("train-<arm>", "evaluate-<arm>")
+"""The stages of each arm (method x seed) that report to the progress counter."""
 
 
 def _preset() -> CompareConfig:
@@ -37,12 +42,12 @@ def compare(config: CompareConfig = _preset()) -> dict[str, Any]:
     Args:
         config: configs/compare-tiny.yaml; the methods, seeds, budget_s and the shared task.
     """
-    parent = open_comparison(config)
+    parent = open_comparison(config, stages=len(SHARED_STAGES) + len(ARM_STAGES) * len(config.arms()))
     task = task_config(config)
     dataset = prepare_dataset(task.data, parent.storage_uri, task.eval.data, task.model)  # model: the token filter
     build_base_model(task.model)
     sft = warm_start(task.data, task.model, task.sft, task.adapter_uri, dataset, parent)
-    evaluate_sft = evaluate.with_options(task_run_name="evaluate-sft")
+    evaluate_sft = evaluate_pass_at_k.with_options(task_run_name="evaluate-sft")
     start = evaluate_sft(task.data, task.model, task.sampling, task.eval, dataset, sft, "sft", parent)
     results = [run_arm(arm, dataset, sft, start, parent) for arm in config.arms()]
     return write_report(config, parent, start, results)
@@ -52,8 +57,8 @@ def run_arm(arm: Arm, dataset: DatasetRef, sft: AdapterRef, start: EvalRef, pare
     """One method with one seed, from the shared SFT start, in its own child MLflow run."""
     run = open_arm(parent, arm)
     c = arm.config
-    tuned = train.with_options(task_run_name=f"train-{arm.name}")(c, dataset, sft, run)
-    evaluate_arm = evaluate.with_options(task_run_name=f"evaluate-{arm.name}")
+    tuned = train_adapter.with_options(task_run_name=f"train-{arm.name}")(c, dataset, sft, run)
+    evaluate_arm = evaluate_pass_at_k.with_options(task_run_name=f"evaluate-{arm.name}")
     after = evaluate_arm(c.data, c.model, c.sampling, c.eval, dataset, tuned, "tuned", run)
     return close_arm(run, arm, tuned, after, start)
 

@@ -11,6 +11,9 @@ from tasks.data import prepare_dataset
 from tasks.evaluation import evaluate_registered
 from tasks.run import end_evaluation, mark_failed, open_run
 
+EVALUATION_STAGES = ("open_run", "prepare_dataset", "evaluate-<model>-<alias>")
+"""The stages that report to the progress counter."""
+
 
 @flow(name="evaluate", on_failure=[mark_failed], on_crashed=[mark_failed])
 def evaluate_model(params: EvaluateParams = EvaluateParams()) -> EvalRef:
@@ -29,7 +32,7 @@ def evaluate_model(params: EvaluateParams = EvaluateParams()) -> EvalRef:
         storage_uri=params.storage_uri,
         tracking_uri=params.tracking_uri,
     )
-    run = open_run(config)
+    run = open_run(config, None, len(EVALUATION_STAGES))
     dataset = prepare_dataset(params.data, run.storage_uri, params.eval.data)
     # config.eval: eval.reward=auto resolved from the data (the pipeline config does it)
     report = evaluate_registered(params.model_name, params.alias, dataset, config.eval, params.sampling, run)

@@ -6,7 +6,7 @@ artifact to storage and returns a small reference; a failed stage is retried (tr
 checkpoint), and the same dataset config is a cache hit. A flow retry keeps the run
 id, and `resume` continues a failed run, so both pick up the run's newest checkpoint. A run whose data snapshot,
 config and base model equal those of the pipeline's last completed run ends after the dataset stage in a Completed
-state named Skipped (essaflow/training/nothing_new.py), unless `force`.
+state named Skipped (essaflow/runs/skip.py), unless `force`.
 """
 
 from __future__ import annotations
@@ -19,12 +19,18 @@ from essaflow.refs import PipelineResult
 from flows.parameters import ESSAPipelineConfig, FGRPOPipelineConfig, without_uri_passwords
 from tasks.champion import evaluate_champion
 from tasks.data import prepare_dataset, record_dataset
-from tasks.evaluation import evaluate
-from tasks.inputs import check_inputs, skip_run
+from tasks.evaluation import evaluate_pass_at_k
+from tasks.inputs import check_run_inputs, skip_run
 from tasks.model import build_base_model
 from tasks.register import register
 from tasks.run import close_run, mark_failed, open_run
-from tasks.training import train, warm_start
+from tasks.training import train_adapter, warm_start
+
+PIPELINE_STAGES = (
+    "open_run", "prepare_dataset", "check_inputs", "build_base_model", "evaluate-base", "warm_start", "train",
+    "evaluate-tuned", "evaluate-champion", "register",
+)  # fmt: skip
+"""The stages that report to the progress counter (close_run reports the run itself)."""
 
 
 @flow(name="finetune", on_failure=[mark_failed], on_crashed=[mark_failed])
@@ -40,24 +46,21 @@ def finetune(
         force: Train even when the data snapshot, config and base model equal the last completed run's.
     """
     config = without_uri_passwords(config)  # none in what Prefect stores, the run's record or MLflow
-    run = open_run(config, resume)  # the run's record: the whole config; storage and MLflow checked before compute
+    run = open_run(config, resume, len(PIPELINE_STAGES))  # the run record: the whole config; storage, MLflow first
     dataset = prepare_dataset(config.data, run.storage_uri, config.eval.data, config.model)  # model: token filter
     record_dataset(run, dataset)  # the snapshot read, as the MLflow run's dataset input
-    checked = check_inputs(config, dataset, run, may_skip=not (force or resume))
+    checked = check_run_inputs(config, dataset, run, may_skip=not (force or resume))
     if checked.skip_reason:
         skipped = skip_run(run, checked)
         return Completed(name="Skipped", message=skipped.reason, data=skipped)
     base = build_base_model(config.model)
-    before = evaluate(config.data, config.model, config.sampling, config.eval, dataset, None, "base", run)
+    before = evaluate_pass_at_k(config.data, config.model, config.sampling, config.eval, dataset, None, "base", run)
     sft = warm_start(config.data, config.model, config.sft, config.adapter_uri, dataset, run)
-    tuned = train(config, dataset, sft, run)  # the trainers take the pipeline config (method_trajectory's sections)
-    after = evaluate(config.data, config.model, config.sampling, config.eval, dataset, tuned, "tuned", run)
+    tuned = train_adapter(config, dataset, sft, run)  # the trainers take the pipeline config (method_trajectory's)
+    after = evaluate_pass_at_k(config.data, config.model, config.sampling, config.eval, dataset, tuned, "tuned", run)
     # the gate's baseline: the champion on these problems under this protocol (its stored counts when they match)
     champion = evaluate_champion(config.registry, config.eval, config.sampling, dataset, run)
-    model = register(
-        config.promotion_metric, config.data, config.model, config.sampling, config.eval,
-        dataset, base, tuned, before, after, run, config.registry, champion,
-    )  # fmt: skip
+    model = register(config, dataset, base, tuned, before, after, champion, run)
     return close_run(run, dataset, base, sft, tuned, before, after, model)
 
 

@@ -8,19 +8,20 @@ import uuid
 from datetime import timedelta
 from typing import Any
 
-from prefect import get_run_logger, task
+from prefect import task
 
-from essaflow.artifacts import config_hash, dataset_name, publish_dataset
+from essaflow import tracking
+from essaflow.artifacts import config_hash
 from essaflow.config import DataConfig, ModelConfig
 from essaflow.data.config import HeldOutSourceConfig
 from essaflow.data.fingerprint import READER_VERSION, data_snapshot_digest
 from essaflow.model.identity import model_identity
 from essaflow.refs import DatasetRef, RunRef
+from essaflow.runs.dataset import publish_run_data
 from essaflow.storage import MANIFEST, StorageError, open_store
-from essaflow.timing import Timer
 from essaflow.tracking.datasets import log_dataset_inputs
 from tasks.retry import retry_policy
-from tasks.run import record_stage, tracked
+from tasks.run import record_stage
 
 DATASET_FORMAT = 1  # bump when the stored layout changes, so old cache entries stop matching
 
@@ -85,26 +86,12 @@ def prepare_dataset(
     model: ModelConfig | None = None,
 ) -> DatasetRef:
     """Source (and the held-out source, eval.data) -> normalized Problems -> filters -> sft/train/eval Parquet in
-    datasets/<name>/<content hash>/, with the snapshot that was read. model: whose tokenizer data.max_prompt_tokens
-    counts with."""
-    # the library's model stack (torch) is imported where a task body runs: deploying a flow imports its tasks
-    from essaflow.training.warm_start import read_run_data
-
-    timer = Timer()
-    with timer.part("compute"):
-        prepared = read_run_data(data, held_out, model)
-    with timer.part("storage"):
-        store = open_store(storage_uri)
-        ref = publish_dataset(store, dataset_name(data), prepared.splits, data, prepared.snapshot, prepared.filtered)
-    files = sum(len(s["files"]) for s in prepared.snapshot["sources"])
-    get_run_logger().info(
-        "dataset %s %s at %s; snapshot %s (%d file(s)); left out: %s; dropped by filters: %s",
-        ref.hash, ref.sizes, ref.uri, prepared.snapshot["digest"], files, ref.excluded, ref.filtered,
-    )  # fmt: skip
-    return ref.model_copy(update={"stage": "prepare_dataset", "timings": timer.timings()})
+    datasets/<name>/<content hash>/, with the snapshot that was read (essaflow/runs/dataset.py). model: whose
+    tokenizer data.max_prompt_tokens counts with."""
+    return publish_run_data(data, storage_uri, held_out, model)
 
 
 @task(name="record_dataset", task_run_name="record_dataset", **retry_policy(retries=3))
 def record_dataset(run: RunRef, dataset: DatasetRef) -> None:
     """The snapshot the run read, as the MLflow run's dataset inputs (with its digest) and tags."""
-    log_dataset_inputs(tracked(run), dataset)
+    log_dataset_inputs(tracking.tracked(run), dataset)

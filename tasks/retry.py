@@ -27,7 +27,7 @@ PERMANENT = (*BAD_INPUT, TrackingError, ImportError)
 
 def transient_only(task: Any, task_run: Any, state: Any) -> bool:
     """Prefect retry condition: retry unless the exception says retrying cannot help (each failed attempt's error
-    is noted in tasks.failures, so the report can name the first)."""
+    is journalled by tasks.failures, so the report can name the first)."""
     try:
         state.result()
     except PERMANENT as e:  # DataError: unreadable file, malformed rows
@@ -48,7 +48,7 @@ def note_bad_input(task: Any, task_run: Any, state: Any) -> None:
     try:
         state.result()
     except BAD_INPUT as e:
-        failures.record(task_run, e).resumable = False
+        failures.record(task_run, e, resumable=False)
     except BaseException:  # any other failure stays resumable
         return
 
@@ -56,7 +56,7 @@ def note_bad_input(task: Any, task_run: Any, state: Any) -> None:
 def retry_policy(retries: int = 2, backoff_s: float = 2.0) -> dict[str, Any]:
     """Prefect task options: ``retries`` attempts after the first, exponential backoff from ``backoff_s`` seconds
     with jitter (so parallel runs do not retry in step), and only for failures a retry can fix; the final failure
-    is recorded for the run's report (tasks.failures).
+    is journalled for the run's report (tasks.failures).
 
     ``ESSAFLOW_RETRY_BACKOFF_SCALE`` (default 1), read when the tasks are defined (at import), scales every backoff:
     fault-injection tests set it low so that a run meant to fail does not sit out 15 s of waits between attempts.

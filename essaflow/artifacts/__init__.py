@@ -17,7 +17,7 @@ Nothing read back executes code: Parquet, JSON and safetensors only. This packag
 from essaflow.artifacts.checkpoints import (
     CHECKPOINT_DATA,
     checkpoint_prefix,
-    latest_checkpoint,
+    latest_stored_checkpoint,
     restore_checkpoint,
     sync_checkpoint,
 )
@@ -25,8 +25,8 @@ from essaflow.artifacts.datasets import SPLITS, dataset_name, publish_dataset, r
 from essaflow.artifacts.dirs import fetch_dir, publish_dir
 from essaflow.artifacts.eval_reports import publish_eval, read_eval_report
 from essaflow.artifacts.store import check_storage, storage_uri_for
-from essaflow.storage.digest import config_hash
 from essaflow.storage.manifest import local_digest, manifest_digest
+from essaflow.storage.sha256 import config_hash
 
 __all__ = [
     "CHECKPOINT_DATA",
@@ -36,7 +36,7 @@ __all__ = [
     "config_hash",
     "dataset_name",
     "fetch_dir",
-    "latest_checkpoint",
+    "latest_stored_checkpoint",
     "local_digest",
     "manifest_digest",
     "publish_dataset",

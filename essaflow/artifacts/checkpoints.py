@@ -18,7 +18,7 @@ def checkpoint_prefix(run: RunRef) -> str:
     return f"{run.run_prefix}/checkpoints"
 
 
-def latest_checkpoint(store: ArtifactStore, run: RunRef) -> str | None:
+def latest_stored_checkpoint(store: ArtifactStore, run: RunRef) -> str | None:
     """Name of the newest committed checkpoint (manifest present) of this run, or None."""
     root = checkpoint_prefix(run)
     rel = [k[len(root) + 1 :].split("/") for k in store.list(root)]
@@ -30,7 +30,7 @@ def latest_checkpoint(store: ArtifactStore, run: RunRef) -> str | None:
 
 def restore_checkpoint(store: ArtifactStore, run: RunRef, local_root: Path) -> str | None:
     """Download the newest committed checkpoint into local_root/<step>/ (verified); returns its name."""
-    name = latest_checkpoint(store, run)
+    name = latest_stored_checkpoint(store, run)
     if name is not None:
         with tempfile.TemporaryDirectory(dir=_mkdir(local_root), prefix=".restore-") as tmp:
             store.download_dir(f"{checkpoint_prefix(run)}/{name}", Path(tmp) / "ckpt")

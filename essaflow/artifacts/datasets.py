@@ -13,7 +13,7 @@ from essaflow.config import DataConfig
 from essaflow.data import Problem, Splits
 from essaflow.refs import DatasetRef
 from essaflow.storage import ArtifactStore, StorageError
-from essaflow.storage.digest import config_hash
+from essaflow.storage.sha256 import config_hash
 
 SPLITS = ("sft", "train", "eval")
 

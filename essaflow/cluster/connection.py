@@ -96,29 +96,17 @@ def connect(
         current = ray.get_runtime_context().gcs_address
         logger.warning("Ray is already connected (%s); its workers keep the settings they were started with", current)
         return ClusterConnection(current, local=False, auth_mode=os.environ.get("RAY_AUTH_MODE", "disabled"))
-    if auth_token_path is not None:
-        use_token_auth(auth_token_path)
-    else:
-        # Ray caches the auth mode and token per process on first use: without a reload, a process that talked
-        # to one cluster (or started a local Ray, which generates a token) presents stale credentials to the next.
-        reload_ray_auth()
+    _refresh_auth(auth_token_path)
     values = select_env(None, env_keys)
     values.update(env or {})
-    rt = runtime_env_for(values, runtime_env)
     kwargs: dict[str, Any] = {
-        "runtime_env": rt,
+        "runtime_env": runtime_env_for(values, runtime_env),
         "namespace": namespace,
         "logging_level": logging.WARNING,
         "log_to_driver": log_to_driver,
     }
     t0 = time.monotonic()
-    if address:
-        if num_cpus is not None or num_gpus is not None:
-            logger.debug("num_cpus/num_gpus ignored: joining %s, whose nodes declare their own resources", address)
-        ray.init(address=address, **kwargs)
-    else:
-        # "local": a new instance even when another one was started on this machine with `ray start`
-        ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False, **kwargs)
+    _init(address, num_cpus, num_gpus, kwargs)
     conn = ClusterConnection(
         address=ray.get_runtime_context().gcs_address,
         local=not address,
@@ -126,16 +114,44 @@ def connect(
         secret_keys=tuple(sorted(k for k, v in values.items() if is_secret(k, v))),
         auth_mode=os.environ.get("RAY_AUTH_MODE", "disabled"),  # a new local Ray turns token auth on by itself
     )
+    _log_connection(conn, time.monotonic() - t0)
+    return conn
+
+
+def _refresh_auth(auth_token_path: str | Path | None) -> None:
+    """Token auth from ``auth_token_path``, else the environment's auth settings read afresh."""
+    if auth_token_path is not None:
+        use_token_auth(auth_token_path)
+    else:
+        # Ray caches the auth mode and token per process on first use: without a reload, a process that talked
+        # to one cluster (or started a local Ray, which generates a token) presents stale credentials to the next.
+        reload_ray_auth()
+
+
+def _init(address: str | None, num_cpus: int | None, num_gpus: int | None, kwargs: dict[str, Any]) -> None:
+    """ray.init: join the cluster at ``address``, or start a new local Ray sized by num_cpus / num_gpus."""
+    import ray
+
+    if address:
+        if num_cpus is not None or num_gpus is not None:
+            logger.debug("num_cpus/num_gpus ignored: joining %s, whose nodes declare their own resources", address)
+        ray.init(address=address, **kwargs)
+    else:
+        # "local": a new instance even when another one was started on this machine with `ray start`
+        ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False, **kwargs)
+
+
+def _log_connection(conn: ClusterConnection, seconds: float) -> None:
+    """One line: where Ray is, how long it took, and the names (never the values) of what the workers get."""
     logger.info(
         "Ray: %s %s in %.1fs (auth %s); workers get %s; secrets via setup hook: %s",
         "started local" if conn.local else "joined",
         conn.address,
-        time.monotonic() - t0,
+        seconds,
         conn.auth_mode,
         ", ".join(conn.env_keys) or "-",
         ", ".join(conn.secret_keys) or "-",
     )
-    return conn
 
 
 def shutdown() -> None:

@@ -70,11 +70,39 @@ def render(
 ) -> str:
     """The report page. `links`: figure file name -> where it is (a storage URL or a relative path), and
     "mlflow" -> the parent run's address."""
-    t, n = cfg.task, cfg.task.eval.samples_per_problem
-    ks = [k for k in HEADLINE_KS if k <= n]
-    start = ", ".join(f"{k} {v:.4f}" for k, v in sft.items())
-    paper, run = projection["paper"], projection["run"]
+    ks = [k for k in HEADLINE_KS if k <= cfg.task.eval.samples_per_problem]
     lines = [
+        *_header(cfg, sft, links),
+        "## Results",
+        "",
+        *summary_rows(method_table(arms), ks),
+        "",
+        *_gate_section(cfg, verdicts),
+        "## The papers' claims on this task",
+        "",
+        *[f"- **{c.claim}**: {c.checked}: {c.finding}." for c in claims],
+        "",
+        "## Figures",
+        "",
+        *[f"- {desc}: ![{name}]({links.get(name, name)})" for name, desc in FIGURES.items()],
+        "",
+        *_scaling_section(projection),
+        "## Per run",
+        "",
+        *per_seed_rows(arms, ks),
+        "",
+        "How each figure was obtained: the variant column names the method as run (ESSA's fitness kind: "
+        + "; ".join(sorted({f"{a.method}: {a.fitness_kind}" for a in arms if a.fitness_kind}) or ["none"])
+        + "). Deviations from the papers are in those labels and in docs/compare.md.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _header(cfg: CompareConfig, sft: dict[str, float], links: dict[str, str]) -> list[str]:
+    """The title, the task, the shared SFT start, the budget and the MLflow link."""
+    t, n = cfg.task, cfg.task.eval.samples_per_problem
+    start = ", ".join(f"{k} {v:.4f}" for k, v in sft.items())
+    return [
         f"# Compare `{cfg.name}`: {', '.join(m.name for m in cfg.methods)}",
         "",
         f"Task: {t.data.source} data, model `{t.model.name_or_path}`, reward `{t.eval.reward}`, held-out pass@k with "
@@ -86,10 +114,13 @@ def render(
         "checks included); the budget counts the generations' / steps' own time.",
         f"MLflow: {links.get('mlflow', 'parent run')}.",
         "",
-        "## Results",
-        "",
-        *summary_rows(method_table(arms), ks),
-        "",
+    ]
+
+
+def _gate_section(cfg: CompareConfig, verdicts: dict[str, str]) -> list[str]:
+    """The registry's promotion rule and each method's verdict under it."""
+    t = cfg.task
+    return [
         "## The promotion gate per method",
         "",
         "The registry's rule (docs/compare.md, 'The promotion gate'), each run against the SFT start on the same "
@@ -99,14 +130,13 @@ def render(
         "",
         *[f"- **{m}**: {v}" for m, v in verdicts.items()],
         "",
-        "## The papers' claims on this task",
-        "",
-        *[f"- **{c.claim}**: {c.checked}: {c.finding}." for c in claims],
-        "",
-        "## Figures",
-        "",
-        *[f"- {desc}: ![{name}]({links.get(name, name)})" for name, desc in FIGURES.items()],
-        "",
+    ]
+
+
+def _scaling_section(projection: dict[str, Any]) -> list[str]:
+    """The ESSA-v3 App. B projection: the paper's settings, then this comparison's measured costs."""
+    paper, run = projection["paper"], projection["run"]
+    return [
         f"## Scaling ({projection['label']})",
         "",
         f"- With the paper's settings: ESSA's time-to-accuracy speed-up over GRPO **{paper['speedup_16']}x at 16 "
@@ -118,15 +148,7 @@ def render(
         *[projection["tables"][k] for k in ("paper", "run") if k in projection["tables"]],
         "```",
         "",
-        "## Per run",
-        "",
-        *per_seed_rows(arms, ks),
-        "",
-        "How each figure was obtained: the variant column names the method as run (ESSA's fitness kind: "
-        + "; ".join(sorted({f"{a.method}: {a.fitness_kind}" for a in arms if a.fitness_kind}) or ["none"])
-        + "). Deviations from the papers are in those labels and in docs/compare.md.",
     ]
-    return "\n".join(lines) + "\n"
 
 
 def _run_line(run: dict[str, Any]) -> str:

@@ -3,7 +3,7 @@
 A key of the config alone (the path) would serve a data file changed in place from the cache; with the digest,
 changed bytes are a new key, always, and unchanged bytes hit the cache:
 
-- file (one, a directory or a glob of shards): the SHA-256 of each file's bytes (essaflow.storage.content_digest:
+- file (one, a directory or a glob of shards): the SHA-256 of each file's bytes (essaflow.storage.digest_cache:
   remembered per file stat, so an unchanged file costs a stat), digested with the file names (essaflow.data.shards);
 - s3:// (an object, a prefix or a glob): each object's ETag and size (one listing, nothing downloaded);
 - a local HF dataset directory: the SHA-256 of its files;
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from essaflow.data.config import DataConfig, HeldOutSourceConfig
 from essaflow.data.shards import digest_of, is_glob, local_snapshot, s3_snapshot
-from essaflow.storage.content_digest import path_digest
+from essaflow.storage.digest_cache import path_digest
 
 #: How records are read and validated; bump it when that changes what a source yields (2: answers as written;
 #: 3: shards, what follows "####" read whole).

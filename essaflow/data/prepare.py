@@ -57,3 +57,9 @@ def prepare_data(
         )
     digest = combined_digest([s["digest"] for s in sources])
     return PreparedData(splits, {"digest": digest, "sources": sources}, filtered.dropped)
+
+
+def prepare_splits(data: DataConfig, held_out: HeldOutSourceConfig | None = None) -> Splits:
+    """The splits of `prepare_data` for a data config without a token cap (data.max_prompt_tokens needs the model's
+    tokenizer: `prepare_data` with essaflow.model.loading.token_cap_tokenizer)."""
+    return prepare_data(data, held_out).splits

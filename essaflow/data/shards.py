@@ -21,7 +21,7 @@ from pathlib import Path
 
 from essaflow.data.errors import DataFileError
 from essaflow.data.readers import SUFFIXES, Record, Table, read_file
-from essaflow.storage.digest import sha256_bytes
+from essaflow.storage.sha256 import sha256_bytes
 
 _GLOB = set("*?[")
 
@@ -69,7 +69,7 @@ def _check_suffix(uri: str, root: str) -> None:
 
 def local_snapshot(path: str) -> Snapshot:
     """A local file, a directory of shards (recursively) or a glob (`**` matches folders)."""
-    from essaflow.storage.content_digest import file_digest
+    from essaflow.storage.digest_cache import file_digest
 
     expanded = os.path.expanduser(path)
     if is_glob(expanded):

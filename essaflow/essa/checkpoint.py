@@ -8,7 +8,8 @@ Layout of one checkpoint, `<checkpoint_dir>/<generation, 8 digits>/`:
 
 The directory is written by `essaflow.storage.atomic_dir`: assembled under a hidden temporary name, fsynced and swapped
 into place, an existing copy of the same generation kept until the new one is in. A checkpoint counts only if its
-manifest exists and every checksum matches. Nothing read back executes code.
+manifest exists, every checksum matches and it records FORMAT; the newest such one is
+`essaflow.storage.checkpoint_dirs.latest_checkpoint(checkpoint_dir, FORMAT)`. Nothing read back executes code.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from essaflow.storage.atomic_dir import atomic_dir, committed_manifest, recover_children
+from essaflow.storage.atomic_dir import atomic_dir, committed_manifest
 from essaflow.storage.manifest import MANIFEST
 
 FORMAT = 2
@@ -43,18 +44,6 @@ def is_complete(path: Path) -> bool:
     """True when the manifest exists and every listed file matches its checksum."""
     manifest = committed_manifest(path)
     return manifest is not None and manifest.get("format") == FORMAT
-
-
-def latest_checkpoint(checkpoint_dir: Path | None) -> Path | None:
-    """The complete checkpoint with the highest generation, or None."""
-    if checkpoint_dir is None or not checkpoint_dir.is_dir():
-        return None
-    recover_children(checkpoint_dir)  # a generation whose rewrite crashed mid-swap comes back
-    candidates = sorted((p for p in checkpoint_dir.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
-    for path in reversed(candidates):
-        if is_complete(path):
-            return path
-    return None
 
 
 def read_checkpoint(path: Path) -> tuple[int, dict[str, Part]]:

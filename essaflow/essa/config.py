@@ -11,9 +11,11 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from essaflow.cluster.config import ESSAWorkersConfig
+from essaflow.cluster.request import TrainingRequest
 from essaflow.config_base import StrictConfig, renamed_keys, trajectory
 
-#: keys of the first layout -> their place now (accepted with a deprecation message)
+#: flat keys accepted in place of their spelling under `workers`; each logs the spelling to write
+#: (config_base.renamed_keys)
 RENAMED = {
     "workers": "workers.count",
     "worker_cpus": "workers.cpus",
@@ -97,6 +99,14 @@ class ESSAConfig(StrictConfig):
     @classmethod
     def _accept_old_keys(cls, data: Any) -> Any:
         return renamed_keys(data, RENAMED, "essa")
+
+    def cluster_request(self) -> TrainingRequest | None:
+        """The Ray workers this search scores on: the population's scorers (None: backend=local, in process). GPUs
+        unset (essa.workers.gpus) = one whole GPU each where the cluster has GPUs."""
+        if self.backend != "ray":
+            return None
+        w = self.workers
+        return TrainingRequest(w.count, w.cpus, w.gpus, w.placement_strategy)
 
     @property
     def fitness_kind(self) -> str:

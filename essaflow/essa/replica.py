@@ -8,7 +8,7 @@ worker the driver makes one call, `(generation, start, stop)`: score the candida
 share). The worker's first call of a generation also carries the previous generation's fitness of the candidates
 it did not score itself (float32 bytes, in index order; it kept its own): the replica rebuilds the vector, applies
 the identical `tell`, then draws the next minibatch and `ask`s. The answer is `(start, the share's fitness as
-float32 bytes, replica digest, what scoring cost: essaflow.training.usage, 12 bytes)`. No vector and no prompt index
+float32 bytes, replica digest, what scoring cost: essaflow.usage, 12 bytes)`. No vector and no prompt index
 travels.
 
 Agreement proof: `state_digest` of the replica, 8 bytes of sha256 over the mean, the generation's candidates,
@@ -18,7 +18,7 @@ Ray did silently) is dropped and its share re-queued, and the worker's next call
 (strategy and sampler as JSON text + numpy arrays, no pickled code, plus the generation's candidates), counted as a
 resync. A worker restarted by Ray, or the workers of a resumed run, start from the state the same way.
 
-Fitness travels as float32 in every mode (the scorer rounds it, `scorer.py`), so the driver's `tell` and every
+Fitness travels as float32 in every mode (the scorer rounds it, `engine_scoring.py`), so the driver's `tell` and every
 replica's see the same numbers whatever the transport.
 """
 
@@ -26,13 +26,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from essaflow.essa.config import ESSAConfig
-from essaflow.essa.minibatch import MinibatchSampler, generation_seed
+from essaflow.essa.prompt_sampler import MinibatchSampler, generation_seed
 from essaflow.essa.strategy import Strategy, make_strategy
 
 #: a worker that disagrees again after this many states sent in one generation is a bug, not float noise (deaths
@@ -145,6 +146,50 @@ class StrategyReplica:
 
     def digest(self) -> bytes:
         return state_digest(self.strategy.mean, self.candidates, self.prompt_idx, self.sampling_seed)
+
+
+class ReplicaScorer:
+    """A worker's side of seed mode: its `StrategyReplica`, built on first use (not at load: vectors mode never
+    needs it), brought to each generation, and the share of that generation's candidates it scores."""
+
+    def __init__(self, search: dict[str, Any] | None, dimension: int, train_size: int):
+        self.search = search
+        self.dimension = dimension
+        self.train_size = train_size
+        self.replica: StrategyReplica | None = None
+
+    def replica_at(self, generation: int, others: bytes | None, state: ReplicaState | None) -> StrategyReplica:
+        """The replica brought to `generation` by the brief (`StrategyReplica.advance`)."""
+        if self.replica is None:
+            if self.search is None:
+                raise RuntimeError("essa.sync=seed needs ScoringSpec.search (the essa config) to build the replica")
+            self.replica = StrategyReplica(self.search, self.dimension, self.train_size)
+        self.replica.advance(generation, others, state)
+        return self.replica
+
+    def score_share(
+        self,
+        generation: int,
+        start: int,
+        stop: int,
+        others: bytes | None,
+        state: ReplicaState | None,
+        score_range: Callable[[np.ndarray, int, np.ndarray, int], tuple[list[float], Any]],
+    ) -> Reply:
+        """Candidates start..stop-1 of `generation`, drawn by the replica, scored by `score_range`.
+
+        The worker's first call of a generation carries the previous generation's fitness of the candidates this
+        worker did not score (or, after a restart or a disagreement, the driver's `state`). Answers (start, float32
+        fitness bytes, replica digest, usage); the fitness is None when the replica does not hold `generation` (a
+        restart the driver has not seen yet), and the driver then sends the state.
+        """
+        replica = self.replica_at(generation, others, state)
+        if not replica.holds(generation):
+            return start, None, replica.digest(), b""
+        x = replica.candidates.astype(np.float32)
+        values, usage = score_range(x[start:stop], start, replica.prompt_idx, replica.sampling_seed)
+        replica.scored(range(start, stop), values)
+        return start, encode_fitness(values), replica.digest(), usage.encode()
 
 
 class ReplicaTracker:

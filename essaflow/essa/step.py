@@ -1,7 +1,7 @@
 """One ESSA generation: minibatch -> ask -> evaluate -> tell -> record (ESSA-v3 sec. 3.2, App. A Algorithm 1).
 
-`run_generation` is the step the trainer, the benchmarks and the tests all run, so a search on any population
-(in process, a Ray pool in seed or vectors mode, a pool with injected faults) is the trainer's search. What a
+`run_generation` is the step the loop (`loop.py`), the benchmarks and the tests all run, so a search on any population
+(in process, a Ray pool in seed or vectors mode, a pool with injected faults) is the loop's search. What a
 caller adds around it (held-out evaluation, checkpoints, timing over many generations) stays the caller's.
 """
 
@@ -14,16 +14,30 @@ from typing import Any, Protocol
 import numpy as np
 
 from essaflow.essa.config import ESSAConfig
-from essaflow.essa.minibatch import MinibatchSampler, generation_seed
 from essaflow.essa.population import GenerationStats
+from essaflow.essa.prompt_sampler import MinibatchSampler, generation_seed
 from essaflow.essa.strategy import Strategy, make_strategy
 
 
 class Population(Protocol):
-    """Scores candidates: `LocalPopulation` or `RayPopulation` (population.py)."""
+    """Scores the candidates it is sent: `LocalPopulation` (population.py), `RayPopulation` with sync "vectors"
+    (distributed.py)."""
+
+    sync: str
 
     def evaluate(
-        self, candidates: np.ndarray, prompt_idx: np.ndarray, seed: int, generation: int, strategy, sampler
+        self, candidates: np.ndarray, prompt_idx: np.ndarray, seed: int
+    ) -> tuple[np.ndarray, GenerationStats]: ...
+
+
+class ReplicatedPopulation(Protocol):
+    """Scores candidates its workers draw themselves from replicas of the driver's strategy and sampler:
+    `RayPopulation` with sync "seed" (distributed.py, replica.py)."""
+
+    sync: str
+
+    def evaluate_replicated(
+        self, generation: int, strategy: Strategy, sampler: MinibatchSampler, candidates, prompt_idx, seed: int
     ) -> tuple[np.ndarray, GenerationStats]: ...
 
 
@@ -56,7 +70,7 @@ class GenerationMetrics:
     generated_tokens: int | None = None
     forward_tokens: int | None = None
     device_s: float | None = None
-    """Device-seconds of scoring summed over workers (CPU time on CPU, wall time on a GPU; training/usage.py)."""
+    """Device-seconds of scoring summed over workers (CPU time on CPU, wall time on a GPU; essaflow/usage.py)."""
     device_s_per_worker: list[float] | None = None
     nodes_active: int | None = None
     per_worker: list[int] | None = None
@@ -112,16 +126,24 @@ class Generation:
 
 
 def run_generation(
-    population: Population, strategy: Strategy, sampler: MinibatchSampler, seed: int, generation: int
+    population: Population | ReplicatedPopulation,
+    strategy: Strategy,
+    sampler: MinibatchSampler,
+    seed: int,
+    generation: int,
 ) -> Generation:
     """Generation `generation` (0-based) of the search: every candidate is scored on the same minibatch with the
     same sampling seed (common random numbers), and the strategy is told the fitnesses (maximised)."""
     t0 = time.perf_counter()
     prompts = sampler.next()
     candidates = strategy.ask()
-    fitness, stats = population.evaluate(
-        candidates, prompts, generation_seed(seed, generation), generation, strategy, sampler
-    )
+    sampling_seed = generation_seed(seed, generation)
+    if population.sync == "seed":  # the workers draw the same candidates from replicas of strategy and sampler
+        fitness, stats = population.evaluate_replicated(
+            generation, strategy, sampler, candidates, prompts, sampling_seed
+        )
+    else:
+        fitness, stats = population.evaluate(candidates, prompts, sampling_seed)
     strategy.tell(candidates, fitness)
     wall_s = time.perf_counter() - t0
     return Generation(fitness, stats, GenerationMetrics.of(generation + 1, fitness, stats, strategy, wall_s), wall_s)

@@ -14,9 +14,9 @@ Layout of `checkpoint_dir/<step>/` (step = rollout steps completed):
 
 Every worker writes into `checkpoint_dir/.tmp-<step>/` (a name all ranks know); rank 0 commits it with
 `storage.atomic_dir` (manifest last, fsync, swap in, an existing copy of that step kept until the new one is in),
-so a checkpoint either exists completely or not at all; `latest_checkpoint` also re-verifies the manifest (it
-protects copies made without a rename, e.g. uploads). Nothing read back executes code: safetensors, JSON, and
-`torch.load(weights_only=True)`.
+so a checkpoint either exists completely or not at all; `essaflow.storage.checkpoint_dirs.latest_checkpoint` also
+re-verifies the manifest (it protects copies made without a rename, e.g. uploads). Nothing read back executes code:
+safetensors, JSON, and `torch.load(weights_only=True)`.
 
 With fsdp every rank writes its own shard into the staging directory; a rank that dies mid-save leaves it
 uncommitted, so the previous checkpoint stays the newest complete one.
@@ -33,14 +33,15 @@ from typing import Any
 
 import torch
 
-from essaflow.storage.atomic_dir import commit_dir, committed_manifest, recover_children, remove_dir
-from essaflow.storage.manifest import MANIFEST
+from essaflow.storage.atomic_dir import commit_dir, remove_dir
+from essaflow.storage.checkpoint_dirs import committed_checkpoints
 
 SHARDS = "shards"
 KEEP_LAST = 3  # older complete checkpoints are pruned after a new one is committed
 
 
-def staging_dir(root: Path, step: int) -> Path:
+def step_staging_dir(root: Path, step: int) -> Path:
+    """Where every rank writes its part of checkpoint `step` before rank 0 commits it: a name all ranks know."""
     return Path(root) / f".tmp-{step}"
 
 
@@ -117,31 +118,9 @@ def commit(stage: Path, root: Path, step: int) -> Path:
     """Write the manifest last, fsync, swap the staging directory in as root/<step>, prune old checkpoints."""
     final = Path(root) / str(step)
     commit_dir(stage, final, step=step)
-    for old in complete_checkpoints(root)[:-KEEP_LAST]:
+    for old in committed_checkpoints(root)[:-KEEP_LAST]:
         remove_dir(old)
     return final
-
-
-def verify(path: Path) -> bool:
-    """True when the manifest exists and every listed file matches its size and sha256."""
-    return committed_manifest(path) is not None
-
-
-def complete_checkpoints(root: Path | None) -> list[Path]:
-    """Committed checkpoints (a manifest present), oldest first."""
-    if root is None or not Path(root).is_dir():
-        return []
-    recover_children(root)  # a step whose rewrite crashed mid-swap comes back
-    found = [p for p in Path(root).iterdir() if p.is_dir() and p.name.isdigit() and (p / MANIFEST).exists()]
-    return sorted(found, key=lambda p: int(p.name))
-
-
-def latest_checkpoint(root: Path | None) -> Path | None:
-    """The newest checkpoint whose manifest verifies (a corrupt newest one falls back to the one before)."""
-    for path in reversed(complete_checkpoints(root)):
-        if verify(path):
-            return path
-    return None
 
 
 def load_trainer_state(path: Path) -> dict[str, Any]:

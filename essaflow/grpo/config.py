@@ -1,7 +1,7 @@
 """F-GRPO's settings: the GRPO family's loss, advantage and focal weight, rollouts, optimiser, Ray Train ranks.
 
 Fields made with `trajectory(...)` decide what training computes; a checkpoint resumes only under the same values.
-Worker count is not one of them: the loop gives the same gradients on 1 or N ranks (`trainer.py`).
+Worker count is not one of them: the step gives the same gradients on 1 or N ranks (`step.py`, `batch_split.py`).
 """
 
 from __future__ import annotations
@@ -11,9 +11,11 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from essaflow.cluster.config import GRPOWorkersConfig
+from essaflow.cluster.request import TrainingRequest
 from essaflow.config_base import StrictConfig, renamed_keys, trajectory
 
-#: keys of the first layout -> their place now (accepted with a deprecation message)
+#: flat keys accepted in place of their spelling under `workers`; each logs the spelling to write
+#: (config_base.renamed_keys)
 RENAMED = {
     "workers": "workers.count",
     "worker_cpus": "workers.cpus",
@@ -26,6 +28,7 @@ RENAMED = {
 #: naming a built-in is checked without importing those modules, which need torch
 BUILTIN_LOSSES = ("grpo", "dapo", "cispo")
 BUILTIN_ADVANTAGES = ("grpo", "drgrpo")
+
 
 class GRPOConfig(StrictConfig):
     """GRPO family with F-GRPO's focal weight (FGRPO-v2 sec. 4, App. L)."""
@@ -116,6 +119,15 @@ class GRPOConfig(StrictConfig):
     @classmethod
     def _accept_old_keys(cls, data: Any) -> Any:
         return renamed_keys(data, RENAMED, "grpo")
+
+    def cluster_request(self) -> TrainingRequest | None:
+        """The Ray Train ranks this config trains on (None: one worker in process): one whole GPU each with
+        device=cuda, none with device=cpu; device=auto leaves it to the cluster (a GPU each where it has GPUs)."""
+        if self.workers.count == 1 and not self.ray_for_single_worker:
+            return None
+        gpus = {"cuda": 1.0, "cpu": 0.0}.get(self.device)
+        w = self.workers
+        return TrainingRequest(w.count, w.cpus, gpus, w.placement_strategy)
 
     @field_validator("loss")
     @classmethod

@@ -1,10 +1,10 @@
 """Ray Train launch of the GRPO loop: `cfg.grpo.workers.count` ranks (gloo on CPU, NCCL on GPU), DDP replicas or
 FSDP2 shards as `grpo.sharding` says (sharding.py shards inside each rank's loop; Ray Train keeps the process group).
 
-Every worker runs `loop.run_worker` on its own strided share of the prompt groups (a group never spans
-workers); torch.distributed is set up by Ray Train's TorchTrainer. Rank 0's reports (metrics, checkpoints, the
-final summary) travel to the driver through a Ray queue while `fit()` runs in a background thread, so the
-driver's `on_metrics` / `on_checkpoint` see them live. A driver callback that raises stops the relay and is
+Every worker runs the loop it is handed (`loop.run_worker`) on its own strided share of the prompt groups (a group
+never spans workers); torch.distributed is set up by Ray Train's TorchTrainer. Rank 0's reports (metrics,
+checkpoints, the final summary) travel to the driver through a Ray queue while `fit()` runs in a background thread,
+so the driver's `on_metrics` / `on_checkpoint` see them live. A driver callback that raises stops the relay and is
 re-raised once the workers have finished (in-process runs raise at once).
 
 Placement and failures: one bundle per worker (`grpo.workers.cpus`, plus one whole GPU on CUDA) placed by
@@ -26,13 +26,15 @@ from pathlib import Path
 from typing import Any
 
 from essaflow import cluster
-from essaflow.cluster.preflight import check_fits, grpo_request
+from essaflow.cluster.preflight import check_fits
+from essaflow.cluster.request import TrainingRequest
 from essaflow.config import PipelineConfig
 from essaflow.data import Splits
 from essaflow.data.schema import Problem
 from essaflow.grpo.advantages import ADVANTAGES
-from essaflow.grpo.loop import Emit, RankStarted, WorkerEvent, WorkerInfo, run_worker
 from essaflow.grpo.losses import LOSSES
+from essaflow.grpo.worker_group import WorkerInfo
+from essaflow.grpo.worker_io import Emit, RankStarted, RunWorker, WorkerEvent, WorkerInputs
 from essaflow.judging.rewards import REWARDS
 
 
@@ -60,21 +62,24 @@ def _ray_worker_entry(config: dict) -> None:
         if info.rank == 0:
             queue.put(event)
 
-    run_worker(
+    inputs = WorkerInputs(
         cfg,
         [Problem(**p) for p in config["train"]],
         [Problem(**p) for p in config["eval"]],
         Path(config["start"]),
         Path(config["out_dir"]),
         Path(config["checkpoint_dir"]) if config["checkpoint_dir"] else None,
-        info,
-        emit,
     )
+    config["run_worker"](inputs, info, emit)
 
 
-def _loop_config(cfg: PipelineConfig, splits: Splits, start: Path, out_dir: Path, ckpt_dir: Path | None, queue):
-    """What every rank receives: the config, the registry entries it names, the problems, paths, the relay."""
+def _loop_config(
+    cfg: PipelineConfig, splits: Splits, start: Path, out_dir: Path, ckpt_dir: Path | None, queue, run_worker: RunWorker
+):
+    """What every rank receives: the loop, the config, the registry entries it names, the problems, paths, the
+    relay."""
     return {
+        "run_worker": run_worker,
         "cfg": cfg,
         "plugins": [
             (cfg.eval.reward, REWARDS[cfg.eval.reward]),
@@ -90,42 +95,31 @@ def _loop_config(cfg: PipelineConfig, splits: Splits, start: Path, out_dir: Path
     }
 
 
-def run_on_ray(cfg: PipelineConfig, splits: Splits, start: Path, out_dir: Path, ckpt_dir: Path | None, emit: Emit):
-    """Launch `cfg.grpo.workers.count` Ray Train DDP workers and relay rank 0's reports to `emit` as they arrive."""
+def run_on_ray(
+    cfg: PipelineConfig,
+    splits: Splits,
+    start: Path,
+    out_dir: Path,
+    ckpt_dir: Path | None,
+    emit: Emit,
+    run_worker: RunWorker,
+):
+    """Launch `cfg.grpo.workers.count` Ray Train DDP workers, each running `run_worker`, and relay rank 0's reports to
+    `emit` as they arrive."""
     import ray
-    from ray.train import FailureConfig, RunConfig, ScalingConfig
-    from ray.train.torch import TorchConfig, TorchTrainer
     from ray.util.queue import Queue
 
     if not ray.is_initialized():
         # cfg.ray_address, else RAY_ADDRESS, else a new local Ray (never a stale `ray start` one)
         cluster.connect(cfg.ray_address)
-    g = cfg.grpo
     # device=auto follows the cluster, not the driver: a CPU-only driver pod still trains on the GPU nodes
     # Ray Train waits without end for resources the cluster lacks: say so now, naming what it has
-    request = check_fits(lambda has_gpus: grpo_request(g, has_gpus))
-    use_gpu = request.gpus > 0
-    per_worker = request.bundle
+    request = check_fits(cfg.grpo.cluster_request())  # not None: more than one rank, or a one-rank Ray run
     # The relay lives on the head node: a lost worker node must not take rank 0's reports with it. (Not "beside
     # the driver": on a machine running several nodes, a driver may attach to any of them.)
     queue = Queue(actor_options={"num_cpus": 0, "resources": {"node:__internal_head__": 0.001}})
-    trainer = TorchTrainer(
-        _ray_worker_entry,
-        train_loop_config=_loop_config(cfg, splits, start, out_dir, ckpt_dir, queue),
-        scaling_config=ScalingConfig(
-            num_workers=request.workers,
-            use_gpu=use_gpu,
-            resources_per_worker=per_worker,
-            placement_strategy=request.strategy,
-        ),
-        torch_config=TorchConfig(backend="nccl" if use_gpu else "gloo"),
-        run_config=RunConfig(
-            name=f"grpo-{int(time.time() * 1000)}",
-            storage_path=str(out_dir.resolve() / "ray"),
-            # a lost worker or node restarts the whole group, which resumes from checkpoint_dir (run_worker)
-            failure_config=FailureConfig(max_failures=g.workers.max_restarts),
-        ),
-    )
+    loop_config = _loop_config(cfg, splits, start, out_dir, ckpt_dir, queue, run_worker)
+    trainer = _torch_trainer(request, loop_config, out_dir, cfg.grpo.workers.max_restarts)
     outcome: dict[str, Any] = {}
 
     def fit() -> None:
@@ -143,6 +137,31 @@ def run_on_ray(cfg: PipelineConfig, splits: Splits, start: Path, out_dir: Path, 
         raise outcome["error"]
     if callback_error is not None:
         raise callback_error
+
+
+def _torch_trainer(request: TrainingRequest, loop_config: dict, out_dir: Path, max_restarts: int):
+    """Ray Train's TorchTrainer for the checked request: one rank per worker, NCCL on GPUs, else gloo."""
+    from ray.train import FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchConfig, TorchTrainer
+
+    use_gpu = request.gpus > 0
+    return TorchTrainer(
+        _ray_worker_entry,
+        train_loop_config=loop_config,
+        scaling_config=ScalingConfig(
+            num_workers=request.workers,
+            use_gpu=use_gpu,
+            resources_per_worker=request.bundle,
+            placement_strategy=request.strategy,
+        ),
+        torch_config=TorchConfig(backend="nccl" if use_gpu else "gloo"),
+        run_config=RunConfig(
+            name=f"grpo-{int(time.time() * 1000)}",
+            storage_path=str(out_dir.resolve() / "ray"),
+            # a lost worker or node restarts the whole group, which resumes from checkpoint_dir (run_worker)
+            failure_config=FailureConfig(max_failures=max_restarts),
+        ),
+    )
 
 
 def _relay(queue, thread: threading.Thread, emit: Emit) -> BaseException | None:

@@ -118,7 +118,7 @@ def kv_cache_bytes(arch: Architecture, t: Target, sequences: int) -> int:
     return sequences * (t.prompt_tokens + t.completion_tokens) * per_token
 
 
-def plan(arch: Architecture, sharding: Literal["ddp", "fsdp"], t: Target) -> MemoryPlan:
+def plan_memory(arch: Architecture, sharding: Literal["ddp", "fsdp"], t: Target) -> MemoryPlan:
     """One rank's peak for `sharding` on target `t` (the module docstring says what each part counts)."""
     n = arch.parameters()
     width = _BYTES[t.dtype]
@@ -215,5 +215,8 @@ def plan_config(cfg: PipelineConfig) -> ConfigPlan | str | None:
     other = "ddp" if chosen == "fsdp" else "fsdp"
     rollouts = cfg.grpo.prompts_per_step // cfg.grpo.workers.count * cfg.grpo.group_size
     return ConfigPlan(
-        plan(arch, chosen, target), plan(arch, other, target), kv_cache_bytes(arch, target, rollouts), source
+        plan_memory(arch, chosen, target),
+        plan_memory(arch, other, target),
+        kv_cache_bytes(arch, target, rollouts),
+        source,
     )

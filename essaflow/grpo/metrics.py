@@ -1,7 +1,7 @@
 """The metrics of one rollout step: per-worker sums, all-reduced once into the step's global record.
 
 `StepMeter` holds the step's clocks and byte counters, so the step itself only hands it the batch, the advantages,
-each micro-batch's loss and the optimiser's figures. Field meanings: `trainer.py`'s docstring.
+each micro-batch's loss and the optimiser's figures. Field meanings: `loop.py`'s docstring.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from dataclasses import asdict, dataclass, fields
 import torch
 
 from essaflow.grpo.advantages import GroupAdvantages
-from essaflow.grpo.comm import CommCounter, WorkerInfo, all_reduce
 from essaflow.grpo.losses import LossOutput
 from essaflow.grpo.rollout import RolloutBatch
+from essaflow.grpo.worker_group import CommCounter, WorkerInfo, all_reduce
 
 
 @dataclass
@@ -45,7 +45,7 @@ class StepSums:
     backward_tokens: float = 0.0
     """Tokens through forward + backward: every sequence once over the step's mini-batches."""
     device_s: float = 0.0
-    """Process CPU-seconds of the step (wall seconds on a GPU), summed over ranks (essaflow/training/usage.py)."""
+    """Process CPU-seconds of the step (wall seconds on a GPU), summed over ranks (essaflow/usage.py)."""
     wall_s: float = 0.0
     """Wall seconds of the step up to the metrics' all-reduce, summed over ranks."""
     ranks: float = 1.0
@@ -91,7 +91,7 @@ class StepSums:
 
 @dataclass
 class StepMetrics:
-    """One rollout step, global over workers (the record MLflow and the job JSON show; see trainer.py)."""
+    """One rollout step, global over workers (the record MLflow and the job JSON show; see loop.py)."""
 
     step: int
     reward_mean: float
@@ -112,7 +112,7 @@ class StepMetrics:
     forward_tokens: int = 0
     backward_tokens: int = 0
     device_s: float = 0.0
-    """Device-seconds of the step over all ranks: CPU time on CPU, wall time on a GPU (essaflow/training/usage.py)."""
+    """Device-seconds of the step over all ranks: CPU time on CPU, wall time on a GPU (essaflow/usage.py)."""
     wall_s_mean: float = 0.0
     """The step's wall seconds, mean over ranks: the clock grpo.time_budget_s counts, the same on every rank."""
     grad_norm: float = 0.0
@@ -168,7 +168,7 @@ class StepMeter:
     info: WorkerInfo
     comm: CommCounter
     clock: Callable[[], float]
-    """Process CPU time on CPU, wall time on a GPU (essaflow/training/usage.py)."""
+    """Process CPU time on CPU, wall time on a GPU (essaflow/usage.py)."""
     t0: float
     c0: float
     t1: float = 0.0

@@ -1,6 +1,6 @@
 """Rollouts for GRPO: which prompts a step uses, G samples per prompt, their rewards, and token log-probs.
 
-The step computes the advantages from these rewards (`loop.Learner.step`, `advantages.py`).
+The step computes the advantages from these rewards (`step.train_step`, `advantages.py`).
 
 Two properties make distributed training a pure config change and resumption exact:
 
@@ -241,13 +241,7 @@ def collect(
     )
     g = s.group_size
     uniform_first = rewards.amax(1) == rewards.amin(1)
-    parts = {
-        "prompt_ids": [draw.prompt_ids],
-        "prompt_mask": [draw.prompt_mask],
-        "completion": [draw.completion_ids],
-        "cmask": [draw.completion_mask],
-        "engine_logp": [_engine_logp(draw)],
-    }
+    parts = _pieces(draw)
     rows = torch.arange(len(slots) * g).view(-1, g)  # row index of each (group, sample) into the pieces
     retried = 0
     if s.dynamic_sampling:
@@ -257,15 +251,12 @@ def collect(
         parts, rows.reshape(-1), tokenizer.pad_token_id
     )
     truncated = ~is_stop(completion, model_stop_ids(model, tokenizer)).any(dim=1)
-    loss_mask = cmask.float()
-    if s.overlong_filter:  # DAPO overlong filtering: truncated completions carry no loss
-        loss_mask = loss_mask * (~truncated)[:, None].float()
     return RolloutBatch(
         input_ids=torch.cat([prompt_ids, completion], dim=1),
         attention_mask=torch.cat([prompt_mask, cmask], dim=1),
         prompt_width=width,
         completion_ids=completion,
-        loss_mask=loss_mask,
+        loss_mask=_loss_mask(cmask, truncated, s.overlong_filter),
         slots=list(slots),
         rewards=rewards,
         correct=correct,
@@ -276,6 +267,25 @@ def collect(
         retried_groups=retried,
         engine_logp=engine_logp if engine is not None else None,
     )
+
+
+def _pieces(draw: Rollout) -> dict[str, list[torch.Tensor]]:
+    """The first draw's tensors, each the first piece of its list (dynamic sampling appends its retries)."""
+    return {
+        "prompt_ids": [draw.prompt_ids],
+        "prompt_mask": [draw.prompt_mask],
+        "completion": [draw.completion_ids],
+        "cmask": [draw.completion_mask],
+        "engine_logp": [_engine_logp(draw)],
+    }
+
+
+def _loss_mask(cmask: torch.Tensor, truncated: torch.Tensor, overlong_filter: bool) -> torch.Tensor:
+    """The completion tokens that carry loss: all of them, or (DAPO overlong filtering) none of a truncated one."""
+    loss_mask = cmask.float()
+    if overlong_filter:
+        loss_mask = loss_mask * (~truncated)[:, None].float()
+    return loss_mask
 
 
 def _engine_logp(draw: Rollout) -> torch.Tensor:

@@ -11,7 +11,7 @@ fsdp  FSDP2 (`torch.distributed.fsdp.fully_shard`) per decoder layer, then the r
       the whole policy unsharded once, so ranks may decode different numbers of tokens without a collective each.
 
 Both divide nothing by hand: DDP and FSDP2 average the gradients over ranks, which the loop undoes by scaling the
-loss by the world size (loop.py). A one-rank fsdp run (in-process) gets its own one-member gloo group.
+loss by the world size (step.py). A one-rank fsdp run (in-process) gets its own one-member gloo group.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any, Literal
 import torch
 import torch.distributed as dist
 
-from essaflow.grpo.comm import CommCounter, WorkerInfo
+from essaflow.grpo.worker_group import CommCounter, WorkerInfo
 
 Sharding = Literal["ddp", "fsdp"]
 

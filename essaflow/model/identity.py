@@ -3,7 +3,7 @@
 It changes whenever the weights a load would read change, and only then:
 
 - `builtin:tiny`: the recipe digest (the checkpoint is a pure function of it);
-- a local directory: the digest of its files (essaflow.storage.content_digest, remembered per file stat, so an unchanged
+- a local directory: the digest of its files (essaflow.storage.digest_cache, remembered per file stat, so an unchanged
   15 GB checkpoint costs a stat per file, and retrained weights copied over it are a new identity);
 - `s3://` prefix: the objects' ETags and sizes (one listing, nothing downloaded);
 - a hub id: the commit the revision resolves to (the hub when reachable, else the local HF cache), so `main`
@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Protocol
 
 from essaflow.config_base import ConfigError
-from essaflow.storage.digest import sha256_bytes
 from essaflow.storage.hub import hub_commit
+from essaflow.storage.sha256 import sha256_bytes
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ def model_identity(cfg: NamedModel) -> str:
         return f"{name}@{s3_version(name)}"
     local = Path(name).expanduser()
     if local.is_dir():
-        from essaflow.storage.content_digest import tree_digest
+        from essaflow.storage.digest_cache import tree_digest
 
         return f"{name}@{tree_digest(local)}"
     return f"{name}@{hub_commit(name, cfg.revision, field='model.name_or_path')}"

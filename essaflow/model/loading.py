@@ -10,6 +10,7 @@ import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from essaflow.data.config import DataConfig
 from essaflow.model.config import ModelConfig, check_supported
 from essaflow.model.devices import resolve_device
 from essaflow.model.identity import BUILTIN_TINY, checkpoint_problem, model_identity, s3_version  # noqa: F401 - callers import these here
@@ -57,6 +58,12 @@ def load_tokenizer(cfg: ModelConfig) -> PreTrainedTokenizerBase:
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return tok
+
+
+def token_cap_tokenizer(cfg: ModelConfig | None, data: DataConfig) -> PreTrainedTokenizerBase | None:
+    """The tokenizer data.max_prompt_tokens counts prompts with (essaflow.data.prepare): the model's, loaded only
+    when the data config sets that cap."""
+    return load_tokenizer(cfg) if data.max_prompt_tokens is not None and cfg is not None else None
 
 
 def load_base_model(cfg: ModelConfig) -> PreTrainedModel:

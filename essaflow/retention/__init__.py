@@ -2,12 +2,12 @@
 the rest's checkpoints and caches (docs/retention.md). This package never imports prefect."""
 
 from essaflow.retention.config import RetentionConfig
-from essaflow.retention.plan import Entry, GCPlan, plan_gc
+from essaflow.retention.plan import GCPlan, PrefixEntry, plan_gc
 from essaflow.retention.references import VersionRefs, registered_references, tracked_runs
 from essaflow.retention.sweep import sweep
 
 __all__ = [
-    "Entry",
+    "PrefixEntry",
     "GCPlan",
     "RetentionConfig",
     "VersionRefs",

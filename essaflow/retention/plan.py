@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 CHECKPOINTS = "checkpoints"
 
 
-class Entry(BaseModel):
+class PrefixEntry(BaseModel):
     """One prefix of the store, what it holds and why it goes or stays."""
 
     prefix: str
@@ -46,8 +46,8 @@ class GCPlan(BaseModel):
 
     storage_uri: str
     keep_runs: int
-    delete: list[Entry] = []
-    keep: list[Entry] = []
+    delete: list[PrefixEntry] = []
+    keep: list[PrefixEntry] = []
 
     @property
     def bytes(self) -> int:
@@ -83,11 +83,11 @@ class _Planner:
         self.referenced = _referenced_keys(store, versions)
         self.plan = GCPlan(storage_uri=store.uri, keep_runs=keep_runs)
 
-    def add(self, to: list[Entry], prefix: str, why: str, but: str = "") -> None:
+    def add(self, to: list[PrefixEntry], prefix: str, why: str, but: str = "") -> None:
         """An entry for what `prefix` holds (less what lies under `but`)."""
         inside = [n for k, n in self.sizes.items() if k.startswith(prefix + "/") and not (but and k.startswith(but))]
         if inside:
-            to.append(Entry(prefix=prefix, bytes=sum(inside), objects=len(inside), why=why))
+            to.append(PrefixEntry(prefix=prefix, bytes=sum(inside), objects=len(inside), why=why))
 
     def reference_in(self, prefix: str) -> str | None:
         """A referenced key that is `prefix`, lies under it or holds it."""

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from essaflow.storage.atomic_dir import commit_dir, remove_dir, staging_dir
-from essaflow.storage.digest import sha256_file
 from essaflow.storage.manifest import MANIFEST, read_manifest
+from essaflow.storage.sha256 import sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +180,7 @@ class ArtifactStore(ABC):
 
     def create_json(self, key: str, obj: Any) -> bool:
         """Write ``obj`` at ``key`` only if nothing is there (S3 ``If-None-Match: *``, a hard link on files): of two
-        writers racing for one key exactly one gets True. Leases (essaflow/training/lease.py) are built on it."""
+        writers racing for one key exactly one gets True. Leases (essaflow/runs/lease.py) are built on it."""
         return bool(self._put_if_absent(_clean_key(key), _dump_json(obj)))
 
     def get_json(self, key: str) -> Any:

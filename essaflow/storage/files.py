@@ -18,7 +18,7 @@ from essaflow.storage.base import (
     _join,
     _tmp_sibling,
 )
-from essaflow.storage.digest import CHUNK, sha256_bytes, sha256_file
+from essaflow.storage.sha256 import CHUNK, sha256_bytes, sha256_file
 
 
 class FileStore(ArtifactStore):
@@ -35,7 +35,7 @@ class FileStore(ArtifactStore):
         return _join(self.uri, _clean_key(key, allow_empty=True))
 
     def versions(self, prefix: str = "") -> dict[str, str]:
-        from essaflow.storage.content_digest import file_digest
+        from essaflow.storage.digest_cache import file_digest
 
         if prefix and self._path(prefix).is_file():
             return {_clean_key(prefix): file_digest(self._path(prefix))}

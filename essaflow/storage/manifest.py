@@ -14,7 +14,7 @@ import os
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from essaflow.storage.digest import file_table, sha256_file, table_digest
+from essaflow.storage.sha256 import file_table, sha256_file, table_digest
 
 MANIFEST = "manifest.json"
 

@@ -24,8 +24,8 @@ from essaflow.storage.base import (
     _clean_key,
     _join,
 )
-from essaflow.storage.digest import CHUNK as _CHUNK
-from essaflow.storage.digest import sha256_bytes, sha256_file
+from essaflow.storage.sha256 import CHUNK as _CHUNK
+from essaflow.storage.sha256 import sha256_bytes, sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +142,12 @@ class S3Store(ArtifactStore):
 
     def __repr__(self) -> str:
         return f"S3Store({self.uri!r}, endpoint={_safe_url(self.endpoint_url)!r})"
+
+    @property
+    def client(self) -> Any:
+        """The boto3 S3 client every request of this store (and of its children) goes through: its `meta.config`
+        holds the timeouts, retries and addressing; `meta.events` is botocore's hook to observe or stub requests."""
+        return self._client
 
     def __getstate__(self):
         # Never serialise the client (it holds the credentials); a copy re-resolves them from its environment.

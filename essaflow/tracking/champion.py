@@ -3,7 +3,7 @@
 A registered version records what its own evaluation judged (`EVAL_TAGS`: the problem set's and the protocol's
 digests, and where its per-problem report is stored). When both digests equal the current run's, that report holds
 the counts a fresh evaluation would give (same problems, same protocol, same seed) and is reused; otherwise the
-champion is downloaded from the registry and evaluated again (essaflow/training/registered.py), with the prompt
+champion is downloaded from the registry and evaluated again (essaflow/judging/registered.py), with the prompt
 formatting its version stores.
 """
 

@@ -13,7 +13,8 @@ from typing import Any
 
 from essaflow.refs import DatasetRef
 from essaflow.secrets import scrub
-from essaflow.tracking.runs import TrackedRun, client
+from essaflow.tracking.runs import TrackedRun
+from essaflow.tracking.server import client
 
 SNAPSHOT_TAG = "essaflow.data_snapshot"
 """Run tag: the digest of everything the run's data read (essaflow.data.data_snapshot_digest)."""

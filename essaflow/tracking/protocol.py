@@ -24,7 +24,7 @@ def protocol_tags(data: DataConfig, eval_cfg: EvalConfig, sampling: SamplingConf
 
 
 def protocol_from_tags(tags: dict[str, str]) -> dict[str, Any]:
-    """{section: config dict} for the sections a version's tags record (versions registered before: none)."""
+    """{section: config dict} for the sections a version's tags record (none for a version without those tags)."""
     out = {}
     for section, tag in PROTOCOL_TAGS.items():
         if tags.get(tag):

@@ -1,9 +1,9 @@
 """`essaflow essa` / `essaflow grpo`: SFT warm start (cached) -> evaluate -> train -> evaluate, as one JSON dict.
 
-The training is `essaflow.training.run.train`, exactly what the pipeline's train task runs (checkpoints in the store at
-`cfg.storage_uri`, under runs/<job id>/). "before" is the SFT start (ESSA-v3 sec. 4: both methods start from the
-same SFT checkpoint; SFT time is excluded from training time), "after" the trained policy (a LoRA adapter, or a
-full checkpoint for grpo.parameters=full), both with the same pass@k protocol and sampling seed: a paired
+The training is `essaflow.training.run.train_method`, exactly what the pipeline's train task runs (checkpoints in
+the store at `cfg.storage_uri`, under runs/<job id>/). "before" is the SFT start (ESSA-v3 sec. 4: both methods start
+from the same SFT checkpoint; SFT time is excluded from training time), "after" the trained policy (a LoRA adapter,
+or a full checkpoint for grpo.parameters=full), both with the same pass@k protocol and sampling seed: a paired
 comparison. Progress goes to stderr; the CLI prints the returned dict as the last stdout line.
 """
 
@@ -17,13 +17,18 @@ import time
 from typing import Any
 
 from essaflow.config import PipelineConfig
+from essaflow.data.prepare import prepare_data
 from essaflow.generation.sampling import resolve_backend
 from essaflow.judging.evaluation import EvalReport
+from essaflow.judging.model_eval import evaluate_output
+from essaflow.model.loading import token_cap_tokenizer
+from essaflow.runs.method_tags import method_label, method_tags
 from essaflow.storage import open_store
 from essaflow.storage.cache_dir import cache_root
-from essaflow.training.contract import TrainCallbacks
-from essaflow.training.run import RunStorage, method_label, method_tags, train
-from essaflow.training.warm_start import evaluate_output, read_run_data, sft_start
+from essaflow.trainer_io import TrainCallbacks
+from essaflow.training.run import RunStorage, train_method
+from essaflow.training.stages import planned_steps
+from essaflow.training.warm_start import sft_start
 
 HEADLINE = ("greedy", "pass@1", "pass@8")
 
@@ -39,7 +44,7 @@ def _headline(report: EvalReport) -> dict[str, float | None]:
 
 def _progress_line(cfg: PipelineConfig, row: dict[str, Any]) -> str | None:
     """A log line for some metric rows: every held-out evaluation, and about 20 lines per run."""
-    total = cfg.essa.generations if cfg.method == "essa" else cfg.grpo.steps
+    total = planned_steps(cfg)
     done = int(row.get("step", row.get("generation", 0)))
     if "eval_greedy" not in row and done % max(1, total // 20) and done != total:
         return None
@@ -62,7 +67,7 @@ def _progress_line(cfg: PipelineConfig, row: dict[str, Any]) -> str | None:
 def run_training_job(cfg: PipelineConfig) -> dict[str, Any]:
     """The whole job on cfg (cfg.method essa or fgrpo); returns the JSON-able summary the CLI prints last."""
     start, label = time.perf_counter(), method_label(cfg.method, cfg.essa, cfg.grpo)
-    prepared = read_run_data(cfg.data, cfg.eval.data, cfg.model)
+    prepared = prepare_data(cfg.data, cfg.eval.data, token_cap_tokenizer(cfg.model, cfg.data))
     filtered, splits = prepared.filtered, prepared.splits
     _progress(f"{label}: {len(splits.train)} train / {len(splits.eval)} eval problems")
     fmt = cfg.data.prompt_format()
@@ -80,7 +85,7 @@ def run_training_job(cfg: PipelineConfig) -> dict[str, Any]:
     (cache_root() / "work").mkdir(parents=True, exist_ok=True)
     work = tempfile.mkdtemp(prefix=f"{job_id}-", dir=cache_root() / "work")
     try:
-        trained = train(cfg, splits, sft, storage, work, TrainCallbacks(on_metrics))
+        trained = train_method(cfg, splits, sft, storage, work, TrainCallbacks(on_metrics))
         result = trained.result
         after = evaluate_output(
             cfg.model, result.output_dir, result.output_kind, splits.eval, cfg.eval, cfg.sampling, fmt
@@ -108,7 +113,7 @@ def run_training_job(cfg: PipelineConfig) -> dict[str, Any]:
         "train_wall_s": result.wall_s,
         "bytes_per_update": round(result.bytes_per_update),
         "training": {"sharding": result.sharding, "memory_per_rank": result.memory_per_rank},
-        "usage": result.usage.as_row(),  # tokens and device-seconds of this call's training (training/usage.py)
+        "usage": result.usage.as_row(),  # tokens and device-seconds of this call's training (essaflow/usage.py)
         "held_out_curve": [[m.get("generation", m.get("step")), round(m["eval_greedy"], 4)] for m in evals],
         "resumed_from": result.resumed_from,
         "output": trained.uri,

@@ -1,6 +1,6 @@
 """One training path for both methods: restore the latest checkpoint, train ESSA or F-GRPO, publish the result.
 
-The Prefect `train` task and the CLI jobs (`essaflow essa`, `essaflow grpo`) both call :func:`train`, so every
+The Prefect `train` task and the CLI jobs (`essaflow essa`, `essaflow grpo`) both call :func:`train_method`, so every
 option behaves the same everywhere. A run keeps its checkpoints in storage under `<run_prefix>/checkpoints/<step>/`
 as they are written; a new call for the same run (a retried task, perhaps on another machine) downloads the newest
 complete one and the trainer resumes from it. The trained policy is published to `<run_prefix>/adapter`
@@ -9,7 +9,6 @@ complete one and the trainer resumes from it. The trained policy is published to
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 from collections.abc import Callable
@@ -18,52 +17,26 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from essaflow.artifacts import publish_dir, restore_checkpoint, sync_checkpoint
-from essaflow.config import ESSAConfig, GRPOConfig, PipelineConfig
+from essaflow.config import PipelineConfig
 from essaflow.data import Splits
-from essaflow.refs import AdapterRef
+from essaflow.refs import AdapterRef, TrainingSummary
+from essaflow.runs.method_tags import method_tags
 from essaflow.storage import ArtifactStore
-from essaflow.training.contract import TrainCallbacks, TrainResult
+from essaflow.trainer_io import TrainCallbacks, TrainResult
 
 log = logging.getLogger(__name__)
 
-SFT_ONLY = "SFT only"
-"""The label of method none: the SFT adapter is the result."""
-
-#: method -> (module, function); imported only when that method runs
-TRAINERS = {"essa": ("essaflow.essa.trainer", "train_essa"), "fgrpo": ("essaflow.grpo.trainer", "train_grpo")}
-
-
-def method_label(method: str, essa: ESSAConfig, grpo: GRPOConfig) -> str:
-    """The method variant as results show it: 'ESSA(es, accuracy)', 'GRPO', 'F-GRPO(gamma=0.5)', 'F-DAPO(...)'."""
-    if method == "essa":
-        return f"ESSA({essa.strategy}, {essa.fitness})"
-    if method == "none":
-        return SFT_ONLY
-    base = grpo.loss.upper()
-    return base if grpo.gamma == 0 else f"F-{base}(gamma={grpo.gamma:g})"
-
-
-def method_tags(method: str, essa: ESSAConfig, grpo: GRPOConfig) -> dict[str, str]:
-    """What every reported result carries about how it was obtained: the method variant and, for ESSA, the
-    kind of fitness ('black-box reward' from the task reward alone, or 'gray-box: needs reference answers')."""
-    tags = {"method_label": method_label(method, essa, grpo)}
-    if method == "essa":
-        tags["fitness_kind"] = essa.fitness_kind
-    return tags
-
-
-def trained_method_tags(adapter: AdapterRef) -> dict[str, str]:
-    """method_tags of the run that trained `adapter`, read from the train stage's reference (which records the
-    label of a trained method, and kind "none" when the SFT adapter is the result)."""
-    tags = {"method_label": SFT_ONLY if adapter.kind == "none" else adapter.method_label}
-    if adapter.fitness_kind:
-        tags["fitness_kind"] = adapter.fitness_kind
-    return tags
-
-
 def load_trainer(method: str) -> Callable[..., TrainResult]:
-    module, fn = TRAINERS[method]
-    return getattr(importlib.import_module(module), fn)
+    """The trainer of `method` (essa or fgrpo), imported only when that method runs (each brings its own stack)."""
+    if method == "essa":
+        from essaflow.essa.loop import train_essa
+
+        return train_essa
+    if method == "fgrpo":
+        from essaflow.grpo.loop import train_grpo
+
+        return train_grpo
+    raise ValueError(f"method {method!r} has no trainer (essa or fgrpo)")
 
 
 @dataclass(frozen=True)
@@ -88,6 +61,25 @@ class Trained:
     """<run_prefix>/train/metrics.jsonl: one row per generation/step, as the trainer recorded them (what the
     compare report's curves and `essaflow project-scaling --from-run` read)."""
 
+    def adapter_ref(self, cfg: PipelineConfig) -> AdapterRef:
+        """The train stage's reference: where the result lives, and the training summary built once from the
+        trainer's result (the method tags of cfg, steps, resume point, work per node, usage, sharding, memory)."""
+        r = self.result
+        summary = TrainingSummary(
+            **method_tags(cfg.method, cfg.essa, cfg.grpo),
+            steps=r.steps,
+            resumed_from=r.resumed_from,
+            work_by_node=r.work_by_node,
+            worker_failures=r.worker_failures,
+            wall_s=r.wall_s,
+            bytes_per_update=r.bytes_per_update,
+            sharding=r.sharding,
+            memory_per_rank=r.memory_per_rank,
+            usage=r.usage.as_row(),
+        )
+        return AdapterRef(uri=self.uri, digest=self.digest, kind=cfg.method, output_kind=r.output_kind,
+                          training=summary, metrics_uri=self.metrics_uri)  # fmt: skip
+
 
 Part = Callable[[str], AbstractContextManager]
 
@@ -96,7 +88,7 @@ def _no_timer(name: str) -> AbstractContextManager:
     return nullcontext()
 
 
-def train(
+def train_method(
     cfg: PipelineConfig,
     splits: Splits,
     sft_dir: Path,

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from devstack.process import _pid_alive
+from devstack.process import load_service
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
@@ -102,7 +102,9 @@ def test_deploy_from_the_stack_environment(stack):
 
 def test_stack_down_stops_every_server_by_pid(stack):
     state, services = stack
+    started = {name: load_service(state, name) for name in services}  # pid and program, from the state dir
+    assert None not in started.values(), started
     down = json.loads(essaflow("stack", "down", "--state-dir", str(state), state=state).stdout.strip().splitlines()[-1])
     assert set(down["services"].values()) == {"stopped"}
-    assert not [n for n, info in services.items() if _pid_alive(info["pid"])]
+    assert not [name for name, service in started.items() if service.is_running()]
     assert essaflow("stack", "status", "--state-dir", str(state), state=state, check=False).returncode == 1

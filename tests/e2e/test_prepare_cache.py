@@ -21,13 +21,13 @@ SCRIPT = textwrap.dedent(
     import json, os, sys, time
     from pathlib import Path
 
-    import essaflow.training.warm_start as stage
+    import essaflow.runs.dataset as stage
     from cli.common import service_env
 
     service_env()
     runs = []
-    real = stage.read_run_data
-    stage.read_run_data = lambda *a: runs.append(1) or real(*a)  # counts task bodies that ran (they import it)
+    real = stage.prepare_data
+    stage.prepare_data = lambda *a: runs.append(1) or real(*a)  # counts task bodies that ran (they call it)
 
     from essaflow.config import DataConfig
     from flows.prepare import prepare

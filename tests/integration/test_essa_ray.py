@@ -17,9 +17,11 @@ import pytest
 import ray
 
 from essaflow.cluster import ClusterCapacityError
-from essaflow.essa.population import LocalPopulation, RayPopulation
+from essaflow.essa.distributed import RayPopulation
+from essaflow.essa.loop import train_essa
+from essaflow.essa.population import LocalPopulation
 from essaflow.essa.scorer import CandidateScorer
-from essaflow.essa.trainer import scoring_spec, train_essa
+from essaflow.essa.scoring_spec import scoring_spec
 from tests.support import essa_tiny
 from tests.support.essa_tiny import make_tiny
 
@@ -77,7 +79,7 @@ def test_worker_killed_mid_generation_loses_and_double_counts_nothing(tiny, tmp_
     expected, _ = LocalPopulation(spec).evaluate(candidates, prompt_idx, seed=7)
 
     CrashOnce.marker = str(tmp_path / "crashed")
-    caplog.set_level(logging.INFO, logger="essaflow.essa.population")
+    caplog.set_level(logging.INFO, logger="essaflow.essa.distributed")
     pool = RayPopulation(spec, workers=2, worker_class=CrashOnce)
     try:
         fitness, stats = pool.evaluate(candidates, prompt_idx, seed=7)
@@ -111,7 +113,7 @@ def test_a_search_that_ends_before_a_restarted_worker_is_back_says_so(tiny, tmp_
     spec = scoring_spec(cfg, splits, adapter)
     candidates = np.random.default_rng(1).normal(0, 0.3, (12, LocalPopulation(spec).dimension))
     SlowRestart.marker = str(tmp_path / "crashed")
-    caplog.set_level(logging.INFO, logger="essaflow.essa.population")
+    caplog.set_level(logging.INFO, logger="essaflow.essa.distributed")
     pool = RayPopulation(spec, workers=2, worker_class=SlowRestart)
     try:
         _, stats = pool.evaluate(candidates, np.arange(cfg.essa.minibatch), seed=3)

@@ -14,13 +14,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from essaflow.essa.checkpoint import latest_checkpoint
-from essaflow.essa.population import LocalPopulation, RayPopulation
+from essaflow.essa.distributed import RayPopulation
+from essaflow.essa.loop import train_essa
+from essaflow.essa.population import LocalPopulation
+from essaflow.essa.replica import ReplicaScorer
 from essaflow.essa.scorer import CandidateScorer
+from essaflow.essa.scoring_spec import scoring_spec
 from essaflow.essa.step import run_generation, start_search
-from essaflow.essa.trainer import scoring_spec, train_essa
+from essaflow.storage.checkpoint_dirs import latest_checkpoint
 from tests.support import essa_tiny
 from tests.support.essa_tiny import make_tiny
+from tests.support.strategies import move_mean
 
 pytestmark = pytest.mark.integration
 
@@ -75,7 +79,7 @@ def test_seed_and_vectors_modes_and_worker_counts_give_the_same_run(runs):
 def test_seed_mode_moves_a_few_bytes_per_candidate_whatever_the_model(tiny, runs):
     """One call and one answer per worker a generation, 4 bytes a candidate each way plus under 96 bytes of
     envelope: independent of the model and the minibatch (at population 32 that is under 1/1000 of a GRPO
-    all-reduce for configs/tiny-essa.yaml's LoRA: tests/unit/test_essa_replica.py, bench/essa_scaling.py)."""
+    all-reduce for configs/tiny-essa.yaml's LoRA: tests/unit/essa/test_replica.py, bench/essa_scaling.py)."""
     cfg, _, _ = tiny
     per_generation = [m["bytes"] for m in runs["seed", 2].metrics if "bytes" in m][1:]  # after the first draw
     assert max(per_generation) <= 2 * (96 + 4 * cfg.essa.population), per_generation
@@ -99,16 +103,27 @@ def search(population, cfg, splits, dimension: int, generations: int, until=None
     return [t.fitness for t in told], strategy.mean, [t.stats for t in told]
 
 
-class PerturbOnce(CandidateScorer):
-    """A scorer whose replica's mean moves by a rounding error once, at generation 2 (another CPU's floats)."""
+class PerturbedReplica(ReplicaScorer):
+    """A seed-mode replica whose mean moves by a rounding error once, at generation 2 (another CPU's floats)."""
 
     marker = ""
 
-    def _sync_replica(self, generation, fitness, state):
-        replica = super()._sync_replica(generation, fitness, state)
+    def replica_at(self, generation, others, state):
+        replica = super().replica_at(generation, others, state)
         if generation == 2 and essa_tiny.first_to_claim(self.marker):  # one worker, even when both get here at once
-            replica.strategy._opt._mean += 1e-12  # cmaes's mean (the tiny config's strategy is cma)
+            move_mean(replica.strategy, 1e-12)
         return replica
+
+
+class PerturbOnce(CandidateScorer):
+    """A scorer whose seed-mode replica is a `PerturbedReplica`."""
+
+    marker = ""
+
+    def __init__(self, spec):
+        super().__init__(spec)
+        self.replica = PerturbedReplica(spec.search, self.svd.dimension, len(spec.prompts))
+        self.replica.marker = self.marker
 
 
 def test_a_perturbed_replica_is_detected_and_resynced(tiny, tmp_path):
@@ -150,7 +165,7 @@ def test_worker_killed_mid_generation_in_seed_mode_loses_nothing_and_rejoins_fro
     cfg, splits, adapter = tiny
     spec = scoring_spec(cfg, splits, adapter)
     CrashOnce.marker = str(tmp_path / "crashed")
-    caplog.set_level(logging.INFO, logger="essaflow.essa.population")
+    caplog.set_level(logging.INFO, logger="essaflow.essa.distributed")
     pool = RayPopulation(spec, workers=2, worker_class=CrashOnce, sync="seed")
     rejoined_at: list[float] = []
 

@@ -22,6 +22,7 @@ from tests.integration.pipeline_support import (
     task_run_states,
     tiny,
 )
+from tests.support.pyfunc import greedy_answers
 
 pytestmark = pytest.mark.integration
 MODEL = "pipeline-test"
@@ -144,7 +145,9 @@ def test_champion_pyfunc_loads_by_alias_and_generates(essa_run, stack_in_process
     assert run.data.tags["prefect.flow_run_id"] == flow_run_id
     model = mlflow.pyfunc.load_model(f"models:/{MODEL}@champion")
     out = model.predict(["12+7=", "40-3="])
-    assert isinstance(out, list) and len(out) == 2 and all(isinstance(s, str) for s in out)
+    assert out == greedy_answers(model, ["12+7=", "40-3="])  # the evaluation generator's greedy text
+    recorded = json.loads(version.tags["essaflow.data_config"])  # the run's prompt format, stored with the model
+    assert model.unwrap_python_model().prompt_template == (recorded["prompt_template"] or "{prompt}")
 
 
 def test_bucket_holds_dataset_checkpoints_adapter_and_eval_with_valid_checksums(essa_run, pipeline_stack):

@@ -4,8 +4,8 @@ goes away for a few seconds. Each run completes; nothing is duplicated; nothing 
 
 from __future__ import annotations
 
+import logging
 import threading
-import time
 
 import pytest
 
@@ -15,6 +15,7 @@ from essaflow.config import parse_config
 from essaflow.storage import MANIFEST, open_store
 from essaflow.training import run as training
 from tests.integration.pipeline_support import task_run_states, tiny
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_disconnect_after")]
 
@@ -25,7 +26,7 @@ def short_backoff(monkeypatch):
     the same retries, without the waits."""
     import flows.finetune as pipeline
 
-    for name in ("register", "train"):
+    for name in ("register", "train_adapter"):
         task = getattr(pipeline, name)
         monkeypatch.setattr(
             pipeline, name, task.with_options(retry_delay_seconds=[d / 10 for d in task.retry_delay_seconds])
@@ -95,6 +96,18 @@ def test_a_train_task_killed_once_resumes_from_its_checkpoint_and_ends_with_the_
     assert task_run_states(crashed.run_id, {"train"})["train"] == "Completed"
 
 
+class _RetriedRequests(logging.Handler):
+    """Counts the requests botocore retries (its standard retry mode logs each one), from any thread."""
+
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage().startswith("Retry needed, retrying request"):
+            self.count += 1
+
+
 def test_an_s3_outage_of_a_few_seconds_is_ridden_out_and_leaves_nothing_partial(
     stack_in_process, seaweedfs_factory, monkeypatch
 ):
@@ -102,24 +115,33 @@ def test_an_s3_outage_of_a_few_seconds_is_ridden_out_and_leaves_nothing_partial(
     for key, value in server.env.items():
         monkeypatch.setenv(key, value)
     store = server.store("run")
+    retried = _RetriedRequests()
+    botocore_retries = logging.getLogger("botocore.retries.standard")
+    monkeypatch.setattr(botocore_retries, "level", logging.DEBUG)
+    botocore_retries.addHandler(retried)
     outage: dict[str, float] = {}
 
+    def dataset_landed() -> bool:
+        return any(k.endswith(MANIFEST) for k in store.list("datasets"))
+
     def take_server_down_after_the_dataset_lands():
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not any(k.endswith(MANIFEST) for k in store.list("datasets")):
-            time.sleep(0.1)
-        outage["start"] = time.monotonic()
+        wait_until(dataset_landed, 120, "the run's dataset in storage", every=0.1)
+        before = retried.count
         server.stop()
-        time.sleep(4.0)
-        server.start()
-        outage["s"] = time.monotonic() - outage["start"]
+        try:  # down until the run's own requests have met the outage: refused and retried, twice
+            outage["met"] = wait_until(lambda: retried.count >= before + 2, 120, "the run's requests to fail")
+        finally:
+            server.start()
 
     chaos = threading.Thread(target=take_server_down_after_the_dataset_lands, daemon=True)
     chaos.start()
-    result = _finetune({"name": "s3-outage", "method": "none", "storage_uri": "s3://outage/run"})
-    chaos.join(timeout=60)
+    try:
+        result = _finetune({"name": "s3-outage", "method": "none", "storage_uri": "s3://outage/run"})
+    finally:
+        chaos.join(timeout=130)
+        botocore_retries.removeHandler(retried)
 
-    assert outage.get("s", 0) >= 4.0, "the outage must have happened during the run"
+    assert outage.get("met"), "the outage must have happened during the run, under its requests"
     assert result.model_version and result.aliases
     run = f"runs/{result.run_id}"
     for prefix in (f"{run}/adapter", f"{run}/eval/base", f"{run}/eval/tuned"):

@@ -28,6 +28,9 @@ def test_the_flow_scores_the_champion_on_its_own_problems_and_records_the_eviden
     name = f"gate-flow-{uuid.uuid4().hex[:6]}"
     first = _finetune(tiny(name=name, method="none"))
     assert first.aliases == ["champion"] and first.gate["verdict"] == "promote"
+    from flows.finetune import PIPELINE_STAGES
+
+    assert set(first.stages) == set(PIPELINE_STAGES)  # every stage the progress counter counts reported, no other
     assert first.gate["champion_scored"] == "none" and first.gate["n_problems"] == 16
 
     # the same data, the cached SFT adapter, the same protocol (forced: nothing new would skip the run): the

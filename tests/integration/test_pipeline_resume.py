@@ -26,7 +26,7 @@ import pytest
 import yaml
 
 from essaflow import tracking
-from essaflow.artifacts import latest_checkpoint, manifest_digest
+from essaflow.artifacts import latest_stored_checkpoint, manifest_digest
 from essaflow.config import ConfigError, parse_config
 from essaflow.storage import MANIFEST, S3Store, open_store
 from tests.integration.pipeline_support import REPO, flow_run_logs, tiny
@@ -179,18 +179,21 @@ def test_s3_killed_mid_checkpoint_upload_leaves_nothing_partial_and_a_resumed_ru
             seen["key"] = request.url.split("?")[0]
             server.service.kill()
 
-    real = S3Store._make_client
+    import boto3.session
 
-    def hooked(self, *args, **kwargs):
-        client = real(self, *args, **kwargs)
-        client.meta.events.register("before-send.s3.UploadPart", kill_mid_upload)
+    real = boto3.session.Session.client
+
+    def hooked(self, service_name, *args, **kwargs):  # every S3 client the run makes (each store has its own)
+        client = real(self, service_name, *args, **kwargs)
+        if service_name == "s3":
+            client.meta.events.register("before-send.s3.UploadPart", kill_mid_upload)
         return client
 
-    monkeypatch.setattr(S3Store, "_make_client", hooked)
+    monkeypatch.setattr(boto3.session.Session, "client", hooked)
     cfg = parse_config({**CFG, "name": "resume-midupload", "storage_uri": "s3://midrun/run"})
-    train = pipeline.train
+    train = pipeline.train_adapter
     fast = [d * BACKOFF_SCALE for d in train.retry_delay_seconds]  # the same retries, without the waits
-    monkeypatch.setattr(pipeline, "train", train.with_options(retry_delay_seconds=fast))
+    monkeypatch.setattr(pipeline, "train_adapter", train.with_options(retry_delay_seconds=fast))
 
     state = pipeline.finetune(cfg, return_state=True)
 
@@ -201,10 +204,10 @@ def test_s3_killed_mid_checkpoint_upload_leaves_nothing_partial_and_a_resumed_ru
     store = open_store("s3://midrun/run")
     ckpt2 = store.list(f"runs/{run_id}/checkpoints/00000002")
     assert f"runs/{run_id}/checkpoints/00000002/{MANIFEST}" not in ckpt2, "checkpoint 2 must not look complete"
-    assert latest_checkpoint(store, SimpleNamespace(run_prefix=f"runs/{run_id}")) == "00000001"
+    assert latest_stored_checkpoint(store, SimpleNamespace(run_prefix=f"runs/{run_id}")) == "00000001"
     assert not any(seen["key"].endswith(k) for k in ckpt2), f"the cut-off object is visible: {seen['key']}"
 
-    monkeypatch.setattr(pipeline, "train", train)  # the resumed run: the default policy and storage window
+    monkeypatch.setattr(pipeline, "train_adapter", train)  # the resumed run: the default policy and storage window
     monkeypatch.delenv("ESSAFLOW_S3_RETRY_TIMEOUT_S")
     result = pipeline.finetune(cfg, resume=run_id)
 
@@ -231,7 +234,8 @@ def test_a_flow_retry_keeps_the_run_id_resumes_and_logs_each_step_once(stack_in_
         return real(config, splits, sft, out_dir, checkpoint_dir, metrics_then_die, on_checkpoint)
 
     monkeypatch.setattr(training, "load_trainer", lambda method: dies_after_logging_generation_3)
-    monkeypatch.setattr(pipeline, "train", pipeline.train.with_options(retries=0))  # the flow's retry takes over
+    no_retry = pipeline.train_adapter.with_options(retries=0)  # the flow's retry takes over
+    monkeypatch.setattr(pipeline, "train_adapter", no_retry)
     flow = pipeline.finetune.with_options(retries=1, retry_delay_seconds=0)
 
     result = flow(parse_config({**CFG, "name": "resume-flow-retry", "storage_uri": stack_in_process.storage_uri}))

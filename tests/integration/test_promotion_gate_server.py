@@ -18,12 +18,12 @@ from essaflow.data.synthetic import synthetic_problems
 from essaflow.judging.config import GateConfig
 from essaflow.judging.evaluation import EvalReport
 from essaflow.judging.gate import decide, first_version, problems_digest, protocol_digest
+from essaflow.judging.model_eval import evaluate_adapter
+from essaflow.judging.registered import evaluate_version
 from essaflow.refs import RunRef
 from essaflow.storage import open_store
 from essaflow.tracking.champion import eval_identity_tags, reusable_report_uri
 from essaflow.tracking.promotion import EVIDENCE_ARTIFACT
-from essaflow.training.registered import evaluate_version
-from essaflow.training.warm_start import evaluate_adapter
 
 pytestmark = pytest.mark.integration
 
@@ -43,7 +43,7 @@ def tiny_adapter(tmp_path_factory):
 
 
 def _run(url: str, name: str, storage: str, run_id: str) -> tuple[tracking.TrackedRun, RunRef]:
-    tracked = tracking.open_run(PipelineConfig(name=name), url, run_id, {})
+    tracked = tracking.start_run(PipelineConfig(name=name), url, run_id, {})
     ref = RunRef(run_id=run_id, name=name, storage_uri=storage, tracking_uri=url,
                  experiment_id=tracked.experiment_id, mlflow_run_id=tracked.run_id)  # fmt: skip
     return tracked, ref
@@ -81,7 +81,8 @@ def test_the_champion_is_re_evaluated_on_a_changed_protocol_and_the_evidence_is_
     proto2 = protocol_digest(eval2, SAMPLING)
     assert proto2 != proto1 and reusable_report_uri(champ_tags, probs, proto2) is None
     challenger = evaluate_adapter(tiny_adapter[0], tiny_adapter[1], problems, eval2, SAMPLING)
-    champion = evaluate_version(url, name, v1.version, problems, eval2, SAMPLING)
+    with tracking.downloaded_version(url, name, v1.version) as version:
+        champion = evaluate_version(version, problems, eval2, SAMPLING)
     assert sum(champion.correct_counts) > 0 and champion.problem_ids == [p.id for p in problems]
     # the same weights (downloaded from the registry) under the same protocol: the same per-problem outcomes
     assert champion.correct_counts == challenger.correct_counts

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import pickle
 import random
 import threading
@@ -15,6 +16,7 @@ import pytest
 
 from devstack import free_port
 from essaflow.storage import MANIFEST, S3Store, StorageError, open_store
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -43,8 +45,8 @@ def _record_puts(store: S3Store) -> list[str]:
             done.append(context["essaflow_key"])
 
     for op in ("PutObject", "CompleteMultipartUpload"):
-        store._client.meta.events.register(f"before-call.s3.{op}", before)
-        store._client.meta.events.register(f"after-call.s3.{op}", after)
+        store.client.meta.events.register(f"before-call.s3.{op}", before)
+        store.client.meta.events.register(f"after-call.s3.{op}", after)
     return done
 
 
@@ -151,7 +153,7 @@ def test_multipart_upload(s3_store: S3Store, tmp_path: Path):
     data = random.Random(1).randbytes(11 * 1024 * 1024 + 123)
     big.write_bytes(data)
     parts: list[int] = []
-    s3_store._client.meta.events.register("before-call.s3.UploadPart", lambda params, **_: parts.append(1))
+    s3_store.client.meta.events.register("before-call.s3.UploadPart", lambda params, **_: parts.append(1))
     sha = s3_store.upload_file(big, "models/big.bin")
     assert sha == hashlib.sha256(data).hexdigest()
     assert len(parts) == 3  # 5 + 5 + 1 MiB
@@ -217,8 +219,8 @@ def test_unreachable_endpoint_fails_fast_and_names_it():
     url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     default = open_store("s3://bkt/p", endpoint_url=url, access_key="a", secret_key="b")
     # default budget: no new attempt after 20 s, plus at most one botocore chain (8 fast tries, <= ~7 s)
-    assert default.retry_timeout <= 20 and default._client.meta.config.connect_timeout <= 2
-    assert default._client.meta.config.retries == {"mode": "standard", "total_max_attempts": 8}
+    assert default.retry_timeout <= 20 and default.client.meta.config.connect_timeout <= 2
+    assert default.client.meta.config.retries == {"mode": "standard", "total_max_attempts": 8}
     store = open_store("s3://bkt/p", endpoint_url=url, access_key="a", secret_key="b", retry_timeout=2)
     t0 = time.monotonic()
     with pytest.raises(StorageError, match=f"S3 endpoint {url} is unreachable") as ei:
@@ -236,7 +238,7 @@ class _FakeRaw:
         yield self._body
 
 
-def test_conditional_write_fallback_when_server_lacks_if_none_match(s3_store: S3Store, tmp_path: Path):
+def test_conditional_write_fallback_when_server_lacks_if_none_match(s3_store: S3Store, tmp_path: Path, caplog):
     """A server answering 501 to If-None-Match: the manifest still commits (check-then-put), conflicts still count."""
     from botocore.awsrequest import AWSResponse
 
@@ -249,10 +251,11 @@ def test_conditional_write_fallback_when_server_lacks_if_none_match(s3_store: S3
             return AWSResponse(request.url, 501, {}, _FakeRaw(body))
         return None
 
-    s3_store._client.meta.events.register("before-send.s3.PutObject", no_conditional)
+    s3_store.client.meta.events.register("before-send.s3.PutObject", no_conditional)
     _make_dir(tmp_path / "src", n=2)
-    manifest = s3_store.upload_dir(tmp_path / "src", "art")
-    assert refused and s3_store._shared["conditional"] is False
+    with caplog.at_level(logging.INFO, logger="essaflow.storage"):
+        manifest = s3_store.upload_dir(tmp_path / "src", "art")
+    assert refused and "does not support conditional writes; falling back to check-then-put" in caplog.text
     assert s3_store.verify("art") == manifest
     (tmp_path / "src" / "top.txt").write_bytes(b"other")
     with pytest.raises(StorageError, match="different artifact"):
@@ -269,8 +272,8 @@ def test_server_restart_mid_upload_completes_and_never_shows_partial(seaweedfs_f
     events: dict[str, float] = {}
     attempts: list[str] = []
 
-    def restart_later():
-        time.sleep(3)
+    def restart_once_retried(at_stop: int):  # back once the upload has sent twice to the stopped server
+        wait_until(lambda: len(attempts) >= at_stop + 2, 60, "the upload to retry against the stopped server")
         server.start()
         events["restarted"] = time.monotonic()
 
@@ -279,9 +282,9 @@ def test_server_restart_mid_upload_completes_and_never_shows_partial(seaweedfs_f
         if len(attempts) == 4 and "stopped" not in events:
             server.stop()  # the server goes away while this upload is in flight
             events["stopped"] = time.monotonic()
-            threading.Thread(target=restart_later, daemon=True).start()
+            threading.Thread(target=restart_once_retried, args=(len(attempts),), daemon=True).start()
 
-    store._client.meta.events.register("before-send.s3.PutObject", outage)
+    store.client.meta.events.register("before-send.s3.PutObject", outage)
 
     # An observer with its own client: whenever the manifest is visible, every file must be visible too.
     violations: list[str] = []

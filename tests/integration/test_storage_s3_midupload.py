@@ -11,6 +11,7 @@ import time
 import pytest
 
 from essaflow.storage import MANIFEST, StorageError
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 MB = 1024 * 1024
@@ -38,7 +39,7 @@ def _kill_after_first_part(server, store, then=None) -> dict:
                 threading.Thread(target=then, daemon=True).start()
 
     store.multipart_threshold, store.multipart_chunksize = 5 * MB, 5 * MB
-    store._client.meta.events.register("after-call.s3.UploadPart", after_part)
+    store.client.meta.events.register("after-call.s3.UploadPart", after_part)
     return seen
 
 
@@ -76,7 +77,15 @@ def test_a_server_killed_mid_upload_leaves_nothing_visible_and_the_error_names_t
 def test_a_server_back_within_the_retry_window_gets_the_upload_retried_to_completion(seaweedfs_factory, tmp_path):
     server = seaweedfs_factory("midupload-back")
     store = server.store("m", retry_timeout=60)
-    seen = _kill_after_first_part(server, store, then=lambda: (time.sleep(1.0), server.start()))
+    sends: list[str] = []  # every request the store puts on the wire, retries included
+    store.client.meta.events.register("before-send.s3", lambda request, **_: sends.append(request.url))
+
+    def back_once_retried():  # the server returns once the upload has sent twice to the dead one
+        at_kill = len(sends)
+        wait_until(lambda: len(sends) >= at_kill + 2, 60, "the upload to retry against the dead server")
+        server.start()
+
+    seen = _kill_after_first_part(server, store, then=back_once_retried)
     src = _artifact(tmp_path)
 
     manifest = store.upload_dir(src, "runs/r2/adapter")

@@ -40,7 +40,7 @@ def _run(monkeypatch, errors: list[BaseException]) -> tuple[object, int]:
             raise errors[len(attempts) - 1]
         return TrackedRun(tracking_uri, "0", "mlflow-child")
 
-    monkeypatch.setattr(tracking, "open_run", open_run)
+    monkeypatch.setattr(tracking, "start_run", open_run)
     state = open_arm.with_options(retry_delay_seconds=[0.01, 0.01], retry_jitter_factor=None)(
         PARENT, ARM, return_state=True
     )

@@ -13,6 +13,7 @@ import torch
 from devstack import free_port
 from essaflow import tracking
 from essaflow.config import ModelConfig, PipelineConfig, SamplingConfig
+from tests.support.pyfunc import greedy_answers
 
 pytestmark = pytest.mark.integration
 
@@ -37,12 +38,27 @@ def micro_adapter(tmp_path_factory):
     return cfg, root / "base", root / "adapter"
 
 
+def _greedy(micro_adapter, questions: list[str], max_new_tokens: int) -> list[str]:
+    """The evaluation generator's greedy answers with the adapter as registered (the default data config's prompt
+    format): what the registry's pyfunc must return."""
+    from essaflow.config import DataConfig
+    from essaflow.generation.sampling import TransformersGenerator
+    from essaflow.model.loading import load_model_with_adapter
+
+    cfg, _, adapter = micro_adapter
+    model, tok = load_model_with_adapter(cfg, adapter)
+    data = DataConfig()
+    gen = TransformersGenerator(model.eval(), tok, 8, data.prompt_format())
+    prompts = [data.prompt_template.replace("{prompt}", q) for q in questions]
+    return [row[0] for row in gen.sample(prompts, n=1, temperature=0.0, max_new_tokens=max_new_tokens).texts]
+
+
 @pytest.fixture
 def mlrun(mlflow_server, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server.url)  # for mlflow.pyfunc.load_model("models:/...")
     name = f"trk-{uuid.uuid4().hex[:6]}"
     run_id = uuid.uuid4().hex
-    return name, run_id, tracking.open_run(PipelineConfig(name=name), mlflow_server.url, run_id, {})
+    return name, run_id, tracking.start_run(PipelineConfig(name=name), mlflow_server.url, run_id, {})
 
 
 def _register(mlrun, micro_adapter, score: float, pipeline_run_id: str | None = None) -> tracking.Registration:
@@ -69,8 +85,9 @@ def test_the_registered_pyfunc_loads_by_alias_and_completes_prompts(mlrun, micro
     assert reg.aliases == ["champion"]
     model = mlflow.pyfunc.load_model(f"models:/{reg.name}@champion")
     out = model.predict(["12+7=", "3-1="])
-    assert len(out) == 2 and all(isinstance(s, str) and len(s) <= 4 for s in out)
-    assert all(len(s) <= 1 for s in model.predict(["1+1="], params={"max_new_tokens": 1}))
+    assert out == _greedy(micro_adapter, ["12+7=", "3-1="], 4)  # the registered adapter, at the registered cap
+    assert out == greedy_answers(model, ["12+7=", "3-1="])  # and what the loaded model's own weights answer
+    assert model.predict(["1+1="], params={"max_new_tokens": 1}) == _greedy(micro_adapter, ["1+1="], 1)
 
 
 def test_registering_twice_for_one_pipeline_run_makes_one_version(mlrun, micro_adapter, mlflow_server):
@@ -106,7 +123,7 @@ def test_params_and_tags_carry_no_credentials(mlflow_server, monkeypatch):
     cfg = PipelineConfig(name=f"trk-{uuid.uuid4().hex[:6]}", tracking_uri=f"http://user:{secret}@127.0.0.1:1")
     params = tracking.flat_params(cfg)
     assert params["tracking_uri"] == "http://127.0.0.1:1"
-    run = tracking.open_run(cfg, mlflow_server.url, uuid.uuid4().hex, {"note": f"endpoint key {secret}"})
+    run = tracking.start_run(cfg, mlflow_server.url, uuid.uuid4().hex, {"note": f"endpoint key {secret}"})
     data = tracking.client(mlflow_server.url).get_run(run.run_id).data
     assert secret not in repr(data.params) and secret not in repr(data.tags)
     assert data.tags["note"] == "endpoint key ***"

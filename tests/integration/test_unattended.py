@@ -35,7 +35,7 @@ import pytest
 import yaml
 
 from essaflow import tracking
-from essaflow.training.lease import current_lease
+from essaflow.runs.lease import current_lease
 from tests.integration.pipeline_support import REPO, prefect_cli, tiny
 
 pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("unattended"), pytest.mark.timeout(1800)]

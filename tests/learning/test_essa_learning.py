@@ -14,9 +14,11 @@ import numpy as np
 import pytest
 
 from essaflow.config import load_config
+from essaflow.data.prepare import prepare_splits
+from essaflow.essa.loop import train_essa
 from essaflow.essa.scorer import CandidateScorer
-from essaflow.essa.trainer import scoring_spec, train_essa
-from essaflow.training.warm_start import cached_sft_adapter, prepare_splits
+from essaflow.essa.scoring_spec import scoring_spec
+from essaflow.training.warm_start import cached_sft_adapter
 from tests.support import essa_tiny
 
 pytestmark = pytest.mark.learning

@@ -16,9 +16,11 @@ from statistics import mean
 import pytest
 
 from essaflow.config import EvalConfig, load_config
-from essaflow.grpo.trainer import train_grpo
-from essaflow.training.run import method_label
-from essaflow.training.warm_start import cached_sft_adapter, evaluate_adapter, prepare_splits
+from essaflow.data.prepare import prepare_splits
+from essaflow.grpo.loop import train_grpo
+from essaflow.judging.model_eval import evaluate_adapter
+from essaflow.runs.method_tags import method_label
+from essaflow.training.warm_start import cached_sft_adapter
 
 pytestmark = pytest.mark.learning
 PRESET = Path(__file__).resolve().parents[2] / "configs" / "tiny-fgrpo.yaml"

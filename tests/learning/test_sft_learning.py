@@ -4,13 +4,15 @@ The full default SFT (500 steps on the embedded model), about 25 s on one CPU th
 test. The adapter comes from `cached_sft_adapter`, the pipeline's own SFT step: trained here when the session has
 not trained it yet, else the identical adapter another test trained (tests/learning/test_grpo_learning.py starts
 from the same default SFT: same model, SFT config and data, hence the same cache key). That SFT is reproducible bit
-for bit, which the cache relies on, is checked in tests/unit/test_sft_reproducible.py.
+for bit, which the cache relies on, is checked in tests/unit/training/test_sft_reproducible.py.
 """
 
 import pytest
 
 from essaflow.config import EvalConfig, PipelineConfig
-from essaflow.training.warm_start import cached_sft_adapter, evaluate_adapter, prepare_splits
+from essaflow.data.prepare import prepare_splits
+from essaflow.judging.model_eval import evaluate_adapter
+from essaflow.training.warm_start import cached_sft_adapter
 
 pytestmark = pytest.mark.learning
 

@@ -18,9 +18,9 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from essaflow.config import PipelineConfig, load_config
 from essaflow.data import Splits
+from essaflow.data.prepare import prepare_splits
 from essaflow.model.loading import attach_lora, load_base_model, load_tokenizer, save_adapter
 from essaflow.model.tiny import build_char_tokenizer
-from essaflow.training.warm_start import prepare_splits
 
 ALL_LINEAR = "[q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj]"
 

@@ -11,9 +11,9 @@ import torch
 
 from essaflow.config import PipelineConfig, load_config
 from essaflow.data import Splits
+from essaflow.data.prepare import prepare_splits
 from essaflow.judging.rewards import REWARDS, register_reward
 from essaflow.model.loading import attach_lora, load_base_model, save_adapter
-from essaflow.training.warm_start import prepare_splits
 from tests.support.essa_tiny import random_base
 
 if "test_low_digit" not in REWARDS:

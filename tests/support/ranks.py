@@ -44,7 +44,9 @@ def _rank(rank: int, world: int, port: int, job: dict[str, Any]) -> None:
     import torch.distributed as dist
 
     import tests.support.grpo_tiny  # noqa: F401  (registers the test reward in this process)
-    from essaflow.grpo.loop import CheckpointWritten, Finished, WorkerInfo, run_worker
+    from essaflow.grpo.loop import run_worker
+    from essaflow.grpo.worker_group import WorkerInfo
+    from essaflow.grpo.worker_io import CheckpointWritten, Finished, WorkerInputs
 
     if job["die_saving"] is not None and rank == 1:
         _die_after_writing_shard(job["die_saving"])
@@ -59,7 +61,7 @@ def _rank(rank: int, world: int, port: int, job: dict[str, Any]) -> None:
 
     cfg, splits = job["cfg"], job["splits"]
     info = WorkerInfo(rank, world, torch.device("cpu"))
-    run_worker(cfg, splits.train, splits.eval, job["start"], job["out"], job["ckpt"], info, emit)
+    run_worker(WorkerInputs(cfg, splits.train, splits.eval, job["start"], job["out"], job["ckpt"]), info, emit)
     dist.destroy_process_group()
     if rank == 0:
         (job["out"] / "report.json").write_text(json.dumps(report))

@@ -16,6 +16,7 @@ from cli.main import app
 from essaflow.config import ConfigError, load_config
 from essaflow.input_check import check_inputs
 from essaflow.model.loading import resolve_model_path
+from essaflow.runs.journal import Journal
 from tasks import failures
 from tasks.retry import note_bad_input, retry_policy
 
@@ -219,7 +220,7 @@ def test_a_failed_run_offers_no_resume_for_bad_input(capsys):
         task_run = SimpleNamespace(flow_run_id="flow-2", id="t", name="build_base_model", run_count=1)
         failures.on_task_failure(None, task_run, _Failed(exc))
         note_bad_input(None, task_run, _Failed(exc))
-        failures.RUN_IDS["flow-2"] = "run-1"
+        Journal("flow-2").working_on("run-1")  # what open_run journals once it holds the run's lease
         with pytest.raises(typer.Exit):
             cli.pipeline.fail_unless_completed(state, rerun)
         last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import pytest
+import yaml
 
 from essaflow.config import ConfigError, PipelineConfig, load_config
 
@@ -43,16 +44,48 @@ def test_dotted_overrides_parse_yaml_values():
     assert cfg.essa.population == 48 and cfg.model.target_modules == ["q_proj"] and cfg.grpo.loss == "dapo"
 
 
-def test_every_preset_loads():
-    from essaflow.compare import CompareConfig, load_compare_config
+def _leaves(tree, path=()):
+    """(dotted path, value) of every value a YAML file sets itself (its `extends` aside)."""
+    if isinstance(tree, dict):
+        for key, value in tree.items():
+            if key != "extends":
+                yield from _leaves(value, (*path, key))
+    else:
+        yield path, tree
+
+
+def _at(tree, path):
+    for key in path:
+        tree = tree[key]
+    return tree
+
+
+def test_every_preset_loads_holding_every_value_its_file_sets():
+    """Each value a preset writes reaches the loaded config unchanged (no key dropped, renamed or defaulted over),
+    a preset that extends another keeps the rest of its base, and the config survives the JSON round trip Prefect
+    and checkpoints make."""
+    from essaflow.compare import load_compare_config
 
     presets = sorted(CONFIGS.glob("*.yaml"))
-    assert presets, "configs/ holds presets"
+    assert len(presets) >= 7, "configs/ holds the tiny, paper and comparison presets"
     for preset in presets:
+        raw = yaml.safe_load(preset.read_text())
         if preset.name.startswith("compare-"):  # a comparison: a task and its methods (docs/compare.md)
-            assert isinstance(load_compare_config(preset), CompareConfig)
+            cfg = load_compare_config(preset)
+            raw["methods"] = [{"set": {}, **m} for m in raw["methods"]]  # `set` defaults to nothing
         else:
-            assert isinstance(load_config(preset), PipelineConfig)
+            cfg = load_config(preset)
+            assert PipelineConfig.model_validate(cfg.model_dump(mode="json")) == cfg, preset.name
+        loaded = cfg.model_dump(mode="json")
+        own = dict(_leaves(raw))
+        for path, value in own.items():
+            assert _at(loaded, path) == value, f"{preset.name}: {'.'.join(path)}"
+        if "extends" in raw:
+            base_file = yaml.safe_load((CONFIGS / raw["extends"]).read_text())
+            base = load_config(CONFIGS / raw["extends"]).model_dump(mode="json")
+            for path, _ in _leaves(base_file):
+                if not any(path[: len(mine)] == mine or mine[: len(path)] == path for mine in own):
+                    assert _at(loaded, path) == _at(base, path), f"{preset.name} lost {'.'.join(path)} of its base"
 
 
 def test_every_field_is_documented():

@@ -11,7 +11,7 @@ to ``a.b``; an edge goes to a package's ``__init__`` only when the import names 
 
 Cycles are looked for twice in essaflow/: between modules, and between its parts, a part being a top-level module
 (``essaflow.config``) or a whole subpackage (``essaflow.grpo``), so that a subpackage is one layer: config importing
-grpo.losses while grpo.trainer imports config is a cycle of parts, not of modules. A cycle reads "a -> b -> a".
+grpo.losses while grpo.loop imports config is a cycle of parts, not of modules. A cycle reads "a -> b -> a".
 
 One edge is left out of the parts graph by design: the pipeline config composing a subpackage's own config module
 (``essaflow.config -> essaflow.grpo.config``). Each stage's config lives beside its code and ``essaflow.config`` only
@@ -104,7 +104,7 @@ def test_imports_become_edges_by_the_rule_lazy_and_relative_ones_included():
     source += "def f():\n    from . import advantages\n    from ..data import schema\n    from .losses import x\n"
     # only the module an import names (not essaflow.grpo, not essaflow); essaflow.data: Problem is defined there
     expected = {"grpo.losses", "tracking", "cluster", "data", "grpo.advantages", "data.schema"}
-    assert imports_in(source, "essaflow.grpo.trainer") == {f"essaflow.{m}" for m in expected}
+    assert imports_in(source, "essaflow.grpo.loop") == {f"essaflow.{m}" for m in expected}
     assert imports_in("from . import losses", "essaflow.grpo", is_package=True) == {"essaflow.grpo.losses"}
     assert {m.split(".")[0] for m in MODULES} == set(LAYERS)
     assert "flows.finetune" in GRAPH["cli.pipeline"]  # a lazy import inside a function of the real tree
@@ -132,7 +132,24 @@ def test_no_import_cycle_between_parts_of_the_library():
 
 
 def test_the_library_root_holds_only_what_every_stage_shares():
-    """The pipeline config and its base, the plug-in registry, refs, secrets, timing, the input check: at most 12
-    modules; every stage's own code lives in the subpackage named for it."""
+    """The pipeline config and its base, the plug-in registry, refs, secrets, timing, the input check, the trainer
+    interface and usage accounting: at most 12 modules; every stage's own code lives in the subpackage named for
+    it."""
     root = sorted(p.stem for p in (REPO / "essaflow").glob("*.py"))
     assert len(root) <= 12, root
+
+
+def test_the_cluster_package_knows_no_method():
+    """essaflow/cluster/ checks what a run asks for against the cluster's capacity; what each method needs from the
+    cluster its own config states. So no module of cluster/ imports a method's package (its config included) or the
+    pipeline config that assembles the methods' configs."""
+    methods = ("essaflow.essa", "essaflow.grpo")
+    bad = sorted(
+        f"{module} imports {target}"
+        for module, targets in GRAPH.items()
+        if module.startswith("essaflow.cluster")
+        for target in targets
+        if target == "essaflow.config" or target in methods or target.startswith(tuple(f"{m}." for m in methods))
+    )
+    assert [m for m in GRAPH if m.startswith("essaflow.cluster.")], "the cluster package was found"
+    assert not bad, "cluster/ must know no method:\n" + "\n".join(bad)

@@ -17,7 +17,7 @@ def _problems(n: int) -> list[Problem]:
 
 @pytest.mark.parametrize("off", [["sft.enabled=false"], ["sft.steps=0"]])
 def test_fgrpo_full_without_sft_trains_the_base_bit_for_bit(tmp_path, off):
-    from essaflow.grpo.loop import build_policy
+    from essaflow.grpo.learner import build_policy
     from essaflow.model.loading import load_base_model
     from essaflow.training.warm_start import train_sft_adapter
 
@@ -32,7 +32,7 @@ def test_fgrpo_full_without_sft_trains_the_base_bit_for_bit(tmp_path, off):
 
 
 def test_fgrpo_lora_without_sft_starts_from_an_untrained_adapter(tmp_path):
-    from essaflow.grpo.loop import build_policy
+    from essaflow.grpo.learner import build_policy
     from essaflow.training.warm_start import train_sft_adapter
 
     cfg = load_config(None, ["method=fgrpo", "grpo.parameters=lora", "model.device=cpu", "sft.enabled=false"])

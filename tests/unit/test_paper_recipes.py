@@ -129,7 +129,7 @@ def test_fgrpo_recipe_starts_rl_from_the_bf16_checkpoint_itself(tmp_path):
     import torch
 
     from essaflow.config import load_config
-    from essaflow.grpo.loop import build_policy
+    from essaflow.grpo.learner import build_policy
     from essaflow.model.loading import load_base_model
     from essaflow.training.warm_start import train_sft_adapter
     from tests.support.real_checkpoints import build_qwen_like

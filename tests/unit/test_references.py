@@ -97,3 +97,69 @@ def test_the_checker_finds_a_missing_citation(tmp_path):
     assert not (REPO / "bench/nope.py").exists()
     assert dotted_exists("essaflow.model.identity.model_identity") and dotted_exists("essaflow.storage")
     assert not dotted_exists("essaflow.model.loading.no_such_name") and not dotted_exists("essaflow.nowhere.x")
+
+
+# ------------------------------------------------------------------------------------ the README's map of the tree
+
+FILE_NAME = re.compile(r"(?<![\w./-])[\w-]+\.(?:py|md|yaml)(?![\w-])")
+
+
+def readme_map() -> dict[str, str]:
+    """The fenced tree under README.md's "How the pieces fit": each entry's path (a top-level name, or a package of
+    essaflow/ indented by two) -> its description (continuation lines joined)."""
+    text = (REPO / "README.md").read_text()
+    block = text.split("## How the pieces fit", 1)[1].split("```", 2)[1]
+    entries: dict[str, str] = {}
+    current = None
+    for line in block.splitlines()[1:]:
+        if not line.strip():
+            continue
+        if not line.startswith(" "):
+            current, _, rest = line.partition(" ")
+        elif line.startswith("  ") and line[2] != " ":
+            name, _, rest = line.strip().partition(" ")
+            current = f"essaflow/{name}"
+        else:
+            rest = line
+        entries[current] = f"{entries.get(current, '')} {rest.strip()}".strip()
+    return entries
+
+
+def root_modules(description: str) -> list[str]:
+    """The modules the essaflow/ entry lists after "its root:" (parenthesised notes dropped)."""
+    listed = re.sub(r"\([^)]*\)", "", description.split("its root:", 1)[1].split(".", 1)[0])
+    return [word.strip() for word in listed.split(",")]
+
+
+def test_every_path_the_readme_map_names_exists():
+    entries = readme_map()
+    assert len(entries) > 20, entries  # the parse found the tree
+    missing = []
+    for entry, description in entries.items():
+        where = REPO / entry.rstrip("/")
+        if not where.exists():
+            missing.append(entry)
+            continue
+        for name in FILE_NAME.findall(description):  # a file the entry names: in that folder or below it
+            if not (where / name).exists() and not any(where.rglob(name)):
+                missing.append(f"{entry}: {name}")
+    missing += [
+        f"essaflow/: {m}.py" for m in root_modules(entries["essaflow/"]) if not (REPO / f"essaflow/{m}.py").exists()
+    ]
+    assert not missing, "README.md's map names what the tree does not hold:\n" + "\n".join(missing)
+
+
+def test_the_readme_names_every_package_root_module_folder_doc_and_bench():
+    entries = readme_map()
+    readme = (REPO / "README.md").read_text()
+    packages = {f"essaflow/{p.parent.name}/" for p in (REPO / "essaflow").glob("*/__init__.py")}
+    folders = {f.relative_to(REPO).parts[0] + "/" for f in tracked_files() if len(f.relative_to(REPO).parts) > 1}
+    folders = {f for f in folders if not f.startswith(".")}
+    modules = {p.stem for p in (REPO / "essaflow").glob("*.py") if p.stem != "__init__"}
+    docs = {p.name for p in (REPO / "docs").glob("*.md")}
+    benches = {f"bench/{p.name}" for p in (REPO / "bench").glob("*.py")}
+    unnamed = sorted(packages - set(entries)) + sorted(folders - set(entries))
+    unnamed += sorted(f"essaflow/{m}.py" for m in modules - set(root_modules(entries["essaflow/"])))
+    unnamed += sorted(f"docs/{d}" for d in docs - set(FILE_NAME.findall(entries["docs/"])))
+    unnamed += sorted(b for b in benches if b not in readme)
+    assert not unnamed, "in the tree but not in README.md's map (or its list of benches):\n" + "\n".join(unnamed)

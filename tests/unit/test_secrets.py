@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from essaflow import cluster, secrets, tracking
-from essaflow.storage.s3 import _safe_url
+from essaflow.storage import S3Store
 
 
 @pytest.mark.parametrize(
@@ -53,5 +53,7 @@ def test_urls_lose_their_credentials_and_keep_the_rest():
     assert secrets.mask_url_password("https://user@host/x") == "https://user@host/x"
     assert secrets.safe_uri("http://u:p@127.0.0.1:5000/path?x=1#f") == "http://127.0.0.1:5000/path"
     assert secrets.safe_uri("not a url") == "not a url" and secrets.safe_uri("http://h:bad/") == "http://h:bad/"
-    assert _safe_url("http://key:secret@127.0.0.1:8333") == "http://127.0.0.1:8333"
-    assert _safe_url(None) == "<default AWS endpoint>"
+    s3 = S3Store("b", endpoint_url="http://key:secret@127.0.0.1:8333", access_key="AKID", secret_key="sk")
+    assert s3.endpoint == "http://127.0.0.1:8333" and "secret" not in repr(s3)  # what S3 messages name
+    aws = S3Store("b", region="eu-west-1", access_key="AKID", secret_key="sk")
+    assert repr(aws) == "S3Store('s3://b', endpoint='<default AWS endpoint>')"

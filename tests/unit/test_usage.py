@@ -1,12 +1,12 @@
-"""Budget accounting (essaflow/training/usage.py): both trainers count generated, forward and backward tokens and
+"""Budget accounting (essaflow/usage.py): both trainers count generated, forward and backward tokens and
 device-seconds, per generation/step and for the whole call, from what they actually ran."""
 
 import numpy as np
 import pytest
 
-from essaflow.essa.trainer import train_essa
-from essaflow.grpo.trainer import train_grpo
-from essaflow.training.usage import Usage
+from essaflow.essa.loop import train_essa
+from essaflow.grpo.loop import train_grpo
+from essaflow.usage import Usage
 from tests.support import essa_tiny, grpo_tiny
 
 

@@ -11,16 +11,19 @@ import pytest
 import torch
 
 from essaflow.config import load_config
+from essaflow.data.prepare import prepare_splits
 from essaflow.essa.replica import decode_fitness
 from essaflow.essa.scorer import CandidateScorer
-from essaflow.essa.trainer import scoring_spec
+from essaflow.essa.scoring_spec import scoring_spec
 from essaflow.generation.prompt_format import PromptFormat
 from essaflow.generation.sampling import TransformersGenerator, VLLMGenerator
-from essaflow.grpo.comm import WorkerInfo
 from essaflow.grpo.engine import StaleEngineError
-from essaflow.grpo.loop import Learner
+from essaflow.grpo.learner import Learner
+from essaflow.grpo.step import train_step
+from essaflow.grpo.worker_group import WorkerInfo
+from essaflow.judging.model_eval import evaluate_adapter
 from essaflow.model.loading import load_model_with_adapter, resolve_model_path
-from essaflow.training.warm_start import cached_sft_adapter, evaluate_adapter, prepare_splits
+from essaflow.training.warm_start import cached_sft_adapter
 
 pytestmark = pytest.mark.vllm
 
@@ -81,7 +84,7 @@ def test_essa_fitness_and_seed_sync_agree_with_transformers(sft):
     cfg = _cfg(["method=essa", "essa.population=8", "essa.minibatch=48", "essa.offsets=relative", "essa.sigma0=0.3"])
     hf = _scorer(cfg, splits, adapter, "transformers")
     shares = [_scorer(cfg, splits, adapter, "vllm") for _ in range(2)]
-    assert shares[0].engine is shares[1].engine is not None  # one engine per process
+    assert shares[0].scoring.engine is shares[1].scoring.engine is not None  # one engine per process
     whole = hf.score_share(0, 0, 8)[1]
     first = shares[0].score_share(0, 0, 4)
     second = shares[1].score_share(0, 4, 8)
@@ -106,16 +109,16 @@ def test_grpo_engine_follows_the_trainer_and_a_skipped_sync_is_caught(sft):
     ])  # fmt: skip
     learner = Learner.build(cfg, adapter, None, WorkerInfo(0, 1, torch.device("cpu")))
     slots = list(range(cfg.grpo.prompts_per_step))
-    first = learner.step(splits.train, slots, 0)  # then synced
-    second = learner.step(splits.train, slots, 1)
+    first = train_step(learner, splits.train, slots, 0)  # then synced
+    second = train_step(learner, splits.train, slots, 1)
     assert first.engine_logprob_gap < 1e-4 and second.engine_logprob_gap < 1e-4, (first, second)
     print(f"engine/trainer log-prob gap after a sync: {first.engine_logprob_gap:.2e}, {second.engine_logprob_gap:.2e}")
     assert learner.engine.syncs == 3  # the start and after each step
     assert first.grad_norm > 0
     learner.engine.sync = lambda model: None  # fault injection: the next sync does not happen
-    learner.step(splits.train, slots, 2)  # its update never reaches the engine
+    train_step(learner, splits.train, slots, 2)  # its update never reaches the engine
     with pytest.raises(StaleEngineError, match="missed policy sync"):
-        learner.step(splits.train, slots, 3)
+        train_step(learner, splits.train, slots, 3)
 
 
 @pytest.mark.parametrize("parameters", ["full", "lora"])

@@ -12,11 +12,13 @@ from pathlib import Path
 import pytest
 
 from essaflow.config import load_config
-from essaflow.essa.population import LocalPopulation, RayPopulation
+from essaflow.data.prepare import prepare_splits
+from essaflow.essa.distributed import RayPopulation
+from essaflow.essa.population import LocalPopulation
 from essaflow.essa.scorer import CandidateScorer
+from essaflow.essa.scoring_spec import scoring_spec
 from essaflow.essa.step import run_generation, start_search
-from essaflow.essa.trainer import scoring_spec
-from essaflow.training.warm_start import cached_sft_adapter, prepare_splits
+from essaflow.training.warm_start import cached_sft_adapter
 from tests.support import essa_tiny
 
 pytestmark = pytest.mark.vllm
@@ -58,7 +60,7 @@ def test_a_worker_killed_mid_generation_on_vllm_restarts_its_engine_and_loses_no
     spec = scoring_spec(cfg, splits, adapter)
     assert spec.backend == "vllm"
     CrashOnce.marker = str(tmp_path / "crashed")
-    caplog.set_level(logging.INFO, logger="essaflow.essa.population")
+    caplog.set_level(logging.INFO, logger="essaflow.essa.distributed")
     pool = RayPopulation(spec, workers=2, worker_class=CrashOnce, sync="seed")
     strategy, sampler = start_search(cfg.essa, pool.dimension, len(splits.train))
     told, rejoined = [], None

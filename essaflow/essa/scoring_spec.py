@@ -1,0 +1,89 @@
+"""What every ESSA candidate scorer loads once: `ScoringSpec`, and `scoring_spec`, which reads it from a run's config.
+
+The spec travels to each Ray worker once (one copy in the object store), so it is setup, never per-generation
+traffic; per generation only indices into its prompts travel (docs/algorithms.md sec. 2.7-2.8).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from essaflow.config import PipelineConfig
+    from essaflow.data import Splits
+
+
+@dataclass(frozen=True)
+class ScoringSpec:
+    """Everything a scorer needs, sent once when it starts (counted as setup bytes, not per generation)."""
+
+    model: dict[str, Any]
+    """ModelConfig as a dict."""
+    adapter_dir: str
+    """The SFT adapter's directory on the driver (used in place by workers that see the same disk)."""
+    alpha: float
+    nonnegative: bool
+    prompts: list[str]
+    """The ESSA training split's prompts; per generation only indices into it travel."""
+    answers: list[str]
+    reward: str
+    max_new_tokens: int
+    temperature: float
+    top_p: float = 1.0
+    batch_size: int = 512
+    fitness: str = "accuracy"
+    """accuracy (decode, then reward) or answer_probability (teacher-forced P(reference answer))."""
+    fitness_samples: int = 1
+    """Completions decoded per prompt (accuracy fitness); the reward is their mean."""
+    offsets: str = "additive"
+    """The search parameterisation (SVDLoRA offsets: additive or relative)."""
+    merged: bool = True
+    """Score with B'A' merged into the base weights and the LoRA path off (same function, fewer ops)."""
+    prompt_format: dict[str, Any] = field(default_factory=dict)
+    """data.prompt_format() as a dict: the chat template and system prompt every prompt is rendered with."""
+    adapter_files: dict[str, bytes] = field(default_factory=dict)
+    """The adapter's files (relative path -> bytes: safetensors, JSON, tokenizer): a worker on a node that does not
+    see adapter_dir writes them to a private temporary directory, so ESSA needs no disk shared with the driver."""
+    search: dict[str, Any] | None = None
+    """The essa config as a dict, from which a worker builds its replica of the strategy and the minibatch sampler
+    (essa.sync=seed); None: vectors only."""
+    backend: str = "transformers"
+    """The resolved sampling.backend: transformers, or vllm (one engine batch per share, an adapter per candidate)."""
+    vllm: dict[str, Any] = field(default_factory=dict)
+    """sampling.vllm as a dict: the engine's settings when backend is vllm."""
+
+
+def scoring_spec(cfg: PipelineConfig, splits: Splits, sft_adapter: Path, ship_adapter: bool = True) -> ScoringSpec:
+    """What every scorer loads once: model, SFT adapter, SVD settings, the training split, fitness settings.
+
+    ``ship_adapter``: carry the adapter's files too, for Ray workers on machines that do not see ``sft_adapter``
+    (not needed by the in-process scorer, which reads the path)."""
+    from essaflow.generation.sampling import resolve_backend
+
+    e = cfg.essa
+    files = sorted(p for p in Path(sft_adapter).rglob("*") if p.is_file()) if ship_adapter else []
+    return ScoringSpec(
+        model=cfg.model.model_dump(),
+        adapter_dir=str(sft_adapter),
+        alpha=e.alpha,
+        nonnegative=e.nonnegative,
+        prompts=[p.prompt for p in splits.train],
+        answers=[p.answer for p in splits.train],
+        reward=cfg.eval.reward,
+        max_new_tokens=cfg.sampling.max_new_tokens,
+        temperature=e.fitness_temperature,
+        top_p=cfg.sampling.top_p,
+        batch_size=cfg.sampling.batch_size,
+        fitness=e.fitness,
+        fitness_samples=e.fitness_samples,
+        offsets=e.offsets,
+        merged=e.merged_scoring,
+        prompt_format=cfg.data.prompt_format().to_dict(),  # rendered by the scorer as SFT and evaluation render
+        search=e.model_dump(mode="json"),  # the workers' strategy replicas (essa.sync=seed)
+        backend=resolve_backend(cfg.sampling.backend),
+        vllm=cfg.sampling.vllm.model_dump(),
+        # workers on other machines rebuild the adapter from these (small: LoRA + tokenizer)
+        adapter_files={str(p.relative_to(sft_adapter)): p.read_bytes() for p in files},
+    )
