@@ -79,7 +79,8 @@ def test_the_closing_tags_name_the_version_and_mark_the_run_trained():
     done = finished()
     tags = closing_tags(done.dataset, done.adapter.uri, done.model)
     assert tags["essaflow.model"] == "models:/tiny/2" and tags["essaflow.aliases"] == "champion"
-    assert tags["essaflow." + "data_filtered.max_prompt_tokens"] == "2"  # a tag name, not a module and tags["essaflow.outcome"] == "trained"
+    filtered_tag = "essaflow." + "data_filtered.max_prompt_tokens"  # a tag name, not a module path
+    assert tags[filtered_tag] == "2" and tags["essaflow.outcome"] == "trained"
 
 
 def test_the_summary_page_shows_scores_method_and_where_everything_is():
