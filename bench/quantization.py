@@ -38,6 +38,7 @@ from essaflow.essa.prompt_sampler import MinibatchSampler
 from essaflow.essa.scorer import CandidateScorer
 from essaflow.essa.scoring_spec import scoring_spec
 from essaflow.judging.evaluation import greedy_accuracy
+from essaflow.judging.judge import judge_for
 from essaflow.model.quantization import check_supported, is_quantized
 from essaflow.model.tiny import build_char_tokenizer
 from essaflow.storage.cache_dir import cache_root
@@ -126,7 +127,7 @@ def measure(cfg, splits, adapter, variants, xs, batch, repeats, fitnesses, held_
             out[name]["base_quantised"] = is_quantized(model.get_submodule(_first_base(model)).weight)
             if held_out and "held_out_greedy" not in out[name]:  # before any score(): no merged weights yet
                 s = cfg.sampling
-                acc = greedy_accuracy(scorer.generator, splits.eval, s.max_new_tokens, cfg.eval.reward)
+                acc = greedy_accuracy(scorer.generator, splits.eval, s.max_new_tokens, judge_for(cfg.eval))
                 out[name]["held_out_greedy"] = acc
             scorer.score(0, xs[0], batch, 0)  # warm-up
         rates: dict[str, list[float]] = {name: [] for name in scorers}

@@ -25,6 +25,7 @@ the chain.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from pathlib import Path
 from types import UnionType
@@ -41,6 +42,7 @@ from essaflow.essa.config import ESSAConfig
 from essaflow.generation.config import TINY_MAX_NEW_TOKENS, SamplingConfig
 from essaflow.grpo.config import GRPOConfig
 from essaflow.judging.config import LARGEST_K, EvalConfig, GateConfig
+from essaflow.judging.reward_ref import absolute_ref, resolve_reward_ref
 from essaflow.judging.rewards import resolve_reward
 from essaflow.model.config import ModelConfig
 from essaflow.model.identity import BUILTIN_TINY
@@ -106,7 +108,8 @@ class PipelineConfig(StrictConfig):
         # __dict__: a plain assignment would re-run this validator (validate_assignment)
         reward = resolve_reward(self.eval.reward, self.data.source, self.data.adapter)
         if reward != self.eval.reward:  # eval.reward=auto: the reward that matches the data's answers
-            self.__dict__["eval"] = self.eval.model_copy(update={"reward": reward})
+            digest = resolve_reward_ref(reward).digest
+            self.__dict__["eval"] = self.eval.model_copy(update={"reward": reward, "reward_digest": digest})
         if self.model.name_or_path == BUILTIN_TINY and "max_new_tokens" not in self.sampling.model_fields_set:
             # the 512-token default is sized for real models; the tiny model's answers are <= 5 characters
             self.__dict__["sampling"] = self.sampling.model_copy(update={"max_new_tokens": TINY_MAX_NEW_TOKENS})
@@ -307,7 +310,16 @@ def _read_tree(path: Path, what: str, chain: tuple[Path, ...]) -> dict[str, Any]
         raise ConfigError(f"{what} {path} is empty: write the keys it sets (`{{}}` for every default)")
     if not isinstance(tree, dict):
         raise ConfigError(f"{what} {path} must hold a mapping at the top level")
+    _reward_file_from(tree, path.parent)
     return resolve_extends(tree, path, chain)
+
+
+def _reward_file_from(tree: dict[str, Any], folder: Path) -> None:
+    """A reward file named relative to a config file is relative to that file's folder (as `extends` is)."""
+    section = tree.get("eval")
+    if isinstance(section, dict) and isinstance(section.get("reward"), str):
+        with contextlib.suppress(ValueError):  # malformed: the config's own validation names it
+            section["reward"] = absolute_ref(section["reward"], folder.resolve())
 
 
 def merge_tree(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:

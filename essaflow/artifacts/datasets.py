@@ -40,10 +40,11 @@ def _problems_table(problems: list[Problem]):
             "answer": p.answer,
             "solution": p.solution,
             "metadata": json.dumps(p.metadata, sort_keys=True),
+            "fields": json.dumps(p.fields, sort_keys=True, ensure_ascii=False),  # JSON: one type per column
         }
         for p in problems
     ]
-    columns = ["id", "prompt", "answer", "solution", "metadata"]
+    columns = ["id", "prompt", "answer", "solution", "metadata", "fields"]
     schema = pa.schema([(c, pa.string()) for c in columns])
     return pa.Table.from_pylist(rows, schema=schema)
 
@@ -103,7 +104,10 @@ def read_dataset(ref: DatasetRef) -> Splits:
 
     def problems(split: str) -> list[Problem]:
         rows = pq.read_table(local / f"{split}.parquet").to_pylist()
-        return [Problem(**{**r, "metadata": json.loads(r["metadata"] or "{}")}) for r in rows]
+        for r in rows:
+            r["metadata"] = json.loads(r["metadata"] or "{}")
+            r["fields"] = json.loads(r.get("fields") or "{}")  # datasets stored before fields have no such column
+        return [Problem(**r) for r in rows]
 
     splits = Splits(sft=problems("sft"), train=problems("train"), eval=problems("eval"))
     if splits.fingerprint() != ref.hash:

@@ -58,6 +58,9 @@ def read_eval_report(ref: EvalRef) -> EvalReport:
         truncated_share=body.get("truncated_share", 0.0),
         greedy_truncated_share=body.get("greedy_truncated_share", 0.0),
         max_new_tokens=body.get("max_new_tokens", 0),
+        reward_mean=body.get("reward_mean", 0.0),
+        reward_components=body.get("reward_components", {}),
+        reward_errors=body.get("reward_errors", 0),
         greedy_correct=[r["greedy_correct"] for r in rows] if all("greedy_correct" in r for r in rows) else [],
         samples=[
             {k: v for k, v in r.items() if k not in ("n", "correct", "greedy_correct")}

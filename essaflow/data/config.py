@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import re
 from typing import Literal
 
@@ -14,6 +15,22 @@ from essaflow.generation.prompt_format import PromptFormat
 MAPPABLE = ("id", "prompt", "answer", "solution")
 #: `{name}` in a prompt template; the argument of a LaTeX command (`\boxed{answer}`, `\frac{a}{b}`) is text
 _PLACEHOLDER = re.compile(r"(?<![\\\w{}])\{([A-Za-z_]\w*)\}")
+
+
+def check_column_mapping(columns: dict[str, str]) -> dict[str, str]:
+    """data.columns: our names map to columns; any other key must be a usable field name (a Python identifier, so
+    a reward can take it as a keyword)."""
+    fields = set(columns) - set(MAPPABLE)
+    misspelt = {k: close for k in fields if (close := difflib.get_close_matches(k, MAPPABLE, 1, 0.8))}
+    if misspelt:  # `promt: question` is a slip, not a field the task wants
+        hints = ", ".join(f"{k!r} -> {v[0]!r}" for k, v in sorted(misspelt.items()))
+        raise ValueError(f"unknown field(s) {sorted(misspelt)}: did you mean {hints}? (our names: {list(MAPPABLE)}; "
+                         "a field of your own this close to one of them: rename its column instead)")  # fmt: skip
+    bad = sorted(k for k in fields if not k.isidentifier())
+    if bad:
+        raise ValueError(f"field name(s) {bad} are not identifiers: map our names {list(MAPPABLE)}, or name a "
+                         "problem field (letters, digits, _) after the column it is read from")  # fmt: skip
+    return columns
 
 
 class SyntheticTaskConfig(StrictConfig):
@@ -54,17 +71,15 @@ class HeldOutSourceConfig(StrictConfig):
     adapter: Literal["plain", "gsm8k", "math"] = "plain"
     """How the answer column is read: as is, GSM8K (after '####'), MATH (last \\boxed{})."""
     columns: dict[str, str] = {}
-    """Column mapping from our names (id, prompt, answer) to the source's names."""
+    """Column mapping from our names (id, prompt, answer, solution) to the source's names; any other key names a
+    problem field read from that column (`Problem.fields`)."""
     on_bad_row: Literal["error", "drop"] = "error"
     """Malformed rows: fail listing every one, or drop them and count them."""
 
     @field_validator("columns")
     @classmethod
     def _known_fields(cls, v: dict[str, str]) -> dict[str, str]:
-        unknown = sorted(set(v) - set(MAPPABLE))
-        if unknown:
-            raise ValueError(f"unknown field(s) {unknown}: map our names {list(MAPPABLE)} to your columns")
-        return v
+        return check_column_mapping(v)
 
 
 class DataConfig(StrictConfig):
@@ -85,8 +100,9 @@ class DataConfig(StrictConfig):
     adapter: Literal["plain", "gsm8k", "math"] = "plain"
     """How the answer column is read: as is, GSM8K (after '####'), MATH (last \\boxed{})."""
     columns: dict[str, str] = {}
-    """Column mapping from our names (id, prompt, answer) to the source's names, e.g. {prompt: question}; wins over
-    the adapter's names."""
+    """Column mapping from our names (id, prompt, answer, solution) to the source's names, e.g. {prompt: question};
+    wins over the adapter's names. Any other key names a problem field and the column it is read from ({tests:
+    unit_tests}); columns no mapping names become fields under their own names (`Problem.fields`)."""
     prompt_template: str = "{prompt}"
     """Template applied to every prompt; '{prompt}' is replaced by the raw prompt (any other `{name}` is refused)."""
     chat_template: Literal["auto", "always", "never"] = trajectory("auto")
@@ -140,10 +156,7 @@ class DataConfig(StrictConfig):
     @field_validator("columns")
     @classmethod
     def _known_fields(cls, v: dict[str, str]) -> dict[str, str]:
-        unknown = sorted(set(v) - set(MAPPABLE))
-        if unknown:
-            raise ValueError(f"unknown field(s) {unknown}: map our names {list(MAPPABLE)} to your columns")
-        return v
+        return check_column_mapping(v)
 
     @model_validator(mode="after")
     def _path_for_non_synthetic(self) -> DataConfig:

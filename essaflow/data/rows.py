@@ -11,7 +11,7 @@ from decimal import Decimal
 from typing import Any
 
 from essaflow.data.answers import after_hashes, last_boxed
-from essaflow.data.config import DataConfig
+from essaflow.data.config import MAPPABLE, DataConfig
 from essaflow.data.errors import BadRowsError, DataFileError
 from essaflow.data.readers import Number, Table
 from essaflow.data.schema import Problem
@@ -58,10 +58,17 @@ def column_map(cfg: DataConfig) -> dict[str, str]:
     return {**identity, **ADAPTER_COLUMNS[cfg.adapter], **cfg.columns}
 
 
+def field_map(cfg: DataConfig) -> dict[str, str]:
+    """Problem field -> the source's column, for the fields data.columns names (the others keep their column's
+    name)."""
+    return {name: col for name, col in cfg.columns.items() if name not in MAPPABLE}
+
+
 def check_columns(table: Table, cfg: DataConfig) -> None:
-    """One error for a required column absent from every record, listing the columns the source has."""
-    mapping = column_map(cfg)
-    for ours in REQUIRED:
+    """One error for a required column (or a field data.columns names) absent from every record, listing the
+    columns the source has."""
+    mapping = {**column_map(cfg), **field_map(cfg)}
+    for ours in (*REQUIRED, *field_map(cfg)):
         theirs = mapping[ours]
         if theirs not in table.columns:
             how = (
@@ -127,7 +134,47 @@ def _problem(record_values: dict[str, Any], default_id: str, cfg: DataConfig) ->
             return col, f"solution is {e}"
         text = text if text is not None or cfg.adapter == "plain" else raw
         fields["solution"] = text.strip() if text and text.strip() else None
+    task_fields = _task_fields(record_values, cfg)
+    if isinstance(task_fields, tuple):
+        return task_fields
+    fields["fields"] = task_fields
     return fields
+
+
+def _task_fields(record_values: dict[str, Any], cfg: DataConfig) -> dict[str, Any] | tuple[str, str]:
+    """The record's columns beyond ours, typed as read, under their field names; or (column, why)."""
+    mapping = column_map(cfg)
+    consumed = {mapping[ours] for ours in MAPPABLE}
+    named = field_map(cfg)
+    by_column = {col: name for name, col in named.items()}
+    out: dict[str, Any] = {}
+    for col, value in record_values.items():
+        if col in consumed and col not in by_column:
+            continue
+        try:
+            out[by_column.get(col, col)] = typed_value(value)
+        except NotScalar as e:
+            return col, f"field {by_column.get(col, col)!r} is {e}"
+    return out
+
+
+def typed_value(value: Any) -> Any:
+    """A cell as a JSON value: a file's numbers as int or float (JSON keeps 3 and 3.0 apart), lists and objects
+    typed the same way inside, NaN (pandas' null) as None. Bytes and other types raise NotScalar."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, Number):  # a JSON number's text
+        return int(value) if value.lstrip("-").isdigit() else float(value)
+    if isinstance(value, str | int):
+        return value
+    if isinstance(value, float | Decimal):
+        value = float(value)
+        return None if value != value else value
+    if isinstance(value, list | tuple):
+        return [typed_value(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): typed_value(v) for k, v in value.items()}
+    raise NotScalar(f"{type(value).__name__}, not a JSON value (text, number, boolean, list or object)")
 
 
 def _a(value: Any) -> str:

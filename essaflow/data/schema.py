@@ -26,13 +26,22 @@ class Problem(BaseModel):
     """The source's worked solution when it has one (GSM8K's answer text, MATH's solution): what SFT trains on
     with sft.target=solution. The reward still judges `answer`."""
     metadata: dict[str, Any] = {}
-    """Free-form extras (source, difficulty, ...)."""
+    """Free-form extras (source, difficulty, ...); not part of the content, and no reward sees them."""
+    fields: dict[str, Any] = {}
+    """The task's own named fields, typed as read (numbers, strings, booleans, lists, objects): a source's columns
+    beyond id/prompt/answer/solution, under their own names or the ones `data.columns` gives them (Countdown's
+    `numbers` and `target`, a code task's `tests`). Part of the content hash; every reward that takes the problem
+    receives them (docs/rewards.md)."""
 
     def content_hash(self) -> str:
         """SHA-256 of the problem's content: the key for deterministic splits."""
-        fields = [self.id, self.prompt, self.answer]
-        # the solution counts only when present, so problems without one keep their hash (and their split)
-        blob = json.dumps(fields if self.solution is None else [*fields, self.solution], ensure_ascii=False)
+        parts: list[Any] = [self.id, self.prompt, self.answer]
+        # the solution and fields count only when present, so problems without them keep their hash (and split)
+        if self.solution is not None or self.fields:
+            parts.append(self.solution)
+        if self.fields:
+            parts.append(self.fields)
+        blob = json.dumps(parts, ensure_ascii=False, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()
 
     def problem_key(self) -> str:

@@ -69,6 +69,7 @@ class VLLMScoring:
         self.svd = svd
         self.generator = fitness.generator
         self.reward = fitness.reward
+        self.problems = fitness.problems
         self.engine = engine
         self.rank = rank
         """The LoRA rank adapters reach the engine with: the model's rank padded to a served value."""
@@ -91,13 +92,13 @@ class VLLMScoring:
             for a in adapters:
                 self.engine.forget(a)
         texts = gen.tokenizer.batch_decode([o.token_ids for o in outs], skip_special_tokens=True)
-        answers = [self.spec.answers[i] for i in rows]
+        problems = [self.problems[i] for i in rows]
         generated = sum(len(o.token_ids) for o in outs)
         usage.generated_tokens += generated
         usage.forward_tokens += sum(len(p) for p in ids) * len(xs) + generated
         n = len(rows)
         return [
-            float(np.float32(mean_reward(self.reward, texts[k * n : (k + 1) * n], answers))) for k in range(len(xs))
+            float(np.float32(mean_reward(self.reward, texts[k * n : (k + 1) * n], problems))) for k in range(len(xs))
         ]
 
 

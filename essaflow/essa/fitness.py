@@ -15,31 +15,34 @@ sec. 2.7, 6.7).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
 
-from essaflow.essa.scoring_spec import ScoringSpec
+from essaflow.data.schema import Problem
+from essaflow.essa.scoring_spec import ScoringSpec, spec_problems
 from essaflow.generation.prompt_format import prompt_ids, target_ids
+from essaflow.judging.judge import Judge
 from essaflow.usage import Usage
 
-Reward = Callable[[str, str], float]
 GRAY_BOX = ("answer_probability", "answer_logprob")
 
 
-def mean_reward(reward: Reward, texts: Sequence[str], answers: Sequence[str]) -> float:
-    """The accuracy fitness of decoded completions: their mean reward against the reference answers."""
-    return float(np.mean([reward(text, a) for text, a in zip(texts, answers)]))
+def mean_reward(judge: Judge, texts: Sequence[str], problems: Sequence[Problem]) -> float:
+    """The accuracy fitness of decoded completions: their mean reward (not thresholded: a graded reward's partial
+    credit counts, ESSA-v3 sec. 3.2's black-box reward)."""
+    return judge.score(list(texts), list(problems)).mean()
 
 
 class MinibatchFitness:
     """`essa.fitness` of the model `generator` holds, on the prompts `prompt_idx` of the training split."""
 
-    def __init__(self, spec: ScoringSpec, generator, reward: Reward):
+    def __init__(self, spec: ScoringSpec, generator, judge: Judge):
         self.spec = spec
         self.generator = generator
-        self.reward = reward
+        self.reward = judge
+        self.problems = spec_problems(spec)
         self._answer_ids: list[tuple[list[int], list[int]]] | None = None
 
     def __call__(self, prompt_idx: np.ndarray, seed: int, usage: Usage) -> float:
@@ -60,7 +63,7 @@ class MinibatchFitness:
         generated = int(r.completion_mask.sum())
         usage.generated_tokens += generated
         usage.forward_tokens += int(r.prompt_mask.sum()) + generated
-        return mean_reward(self.reward, r.texts, [self.spec.answers[i] for i in prompt_idx for _ in range(m)])
+        return mean_reward(self.reward, r.texts, [self.problems[i] for i in prompt_idx for _ in range(m)])
 
     def answer_tokens(self) -> list[tuple[list[int], list[int]]]:
         """(prompt ids, answer ids + EOS) of every training prompt, tokenized once: the prompt as generation feeds

@@ -38,6 +38,7 @@ from essaflow.essa.step import Generation, run_generation, start_search
 from essaflow.essa.svd_lora import SVDLoRA
 from essaflow.generation.sampling import TransformersGenerator
 from essaflow.judging.evaluation import greedy_accuracy
+from essaflow.judging.judge import judge_for
 from essaflow.model.loading import load_model_with_adapter
 from essaflow.storage.checkpoint_dirs import latest_checkpoint
 from essaflow.trainer_io import TrainCallbacks, TrainResult
@@ -117,7 +118,7 @@ class Search:
         """Greedy accuracy of the returned point on the eval split."""
         self.svd.apply(self.strategy.result())
         s = self.cfg.sampling
-        return greedy_accuracy(self.evaluator, self.splits.eval, s.max_new_tokens, self.cfg.eval.reward)
+        return greedy_accuracy(self.evaluator, self.splits.eval, s.max_new_tokens, judge_for(self.cfg.eval))
 
     def record(self, told: Generation) -> dict[str, Any]:
         """The generation just told: its metrics, a held-out evaluation when due (and the early stop)."""

@@ -48,7 +48,6 @@ class CandidateScorer:
     def __init__(self, spec: ScoringSpec):
         from essaflow.essa.svd_lora import SVDLoRA
         from essaflow.generation.sampling import TransformersGenerator
-        from essaflow.judging.rewards import get_reward
         from essaflow.model.loading import load_model_with_adapter
 
         self.spec = spec
@@ -63,7 +62,7 @@ class CandidateScorer:
         self.on_gpu = next(model.parameters()).device.type == "cuda"  # device_s: GPU wall time, else CPU time
         self.svd = SVDLoRA(model, spec.alpha, nonnegative=spec.nonnegative, offsets=spec.offsets)
         self.generator = TransformersGenerator(model, tok, spec.batch_size, PromptFormat(**spec.prompt_format))
-        self.fitness = MinibatchFitness(spec, self.generator, get_reward(spec.reward))
+        self.fitness = MinibatchFitness(spec, self.generator, spec.judge.build())
         self.scoring: TransformersScoring | VLLMScoring
         if spec.backend == "vllm" and spec.fitness == "accuracy":
             self.scoring = vllm_scoring(spec, model_cfg, self.svd, self.fitness)

@@ -6,9 +6,13 @@ traffic; per generation only indices into its prompts travel (docs/algorithms.md
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from essaflow.data.schema import Problem
+from essaflow.judging.judge import JudgeSpec
 
 if TYPE_CHECKING:
     from essaflow.config import PipelineConfig
@@ -28,7 +32,8 @@ class ScoringSpec:
     prompts: list[str]
     """The ESSA training split's prompts; per generation only indices into it travel."""
     answers: list[str]
-    reward: str
+    judge: JudgeSpec
+    """The reward (its source by value) and the eval section's threshold, error policy and timeout."""
     max_new_tokens: int
     temperature: float
     top_p: float = 1.0
@@ -43,6 +48,10 @@ class ScoringSpec:
     """Score with B'A' merged into the base weights and the LoRA path off (same function, fewer ops)."""
     prompt_format: dict[str, Any] = field(default_factory=dict)
     """data.prompt_format() as a dict: the chat template and system prompt every prompt is rendered with."""
+    ids: list[str] = field(default_factory=list)
+    """The training problems' ids (named when a reward fails); empty: their positions."""
+    fields: list[dict[str, Any]] = field(default_factory=list)
+    """The training problems' own fields (`Problem.fields`), for rewards that take the problem; empty: none."""
     adapter_files: dict[str, bytes] = field(default_factory=dict)
     """The adapter's files (relative path -> bytes: safetensors, JSON, tokenizer): a worker on a node that does not
     see adapter_dir writes them to a private temporary directory, so ESSA needs no disk shared with the driver."""
@@ -55,12 +64,31 @@ class ScoringSpec:
     """sampling.vllm as a dict: the engine's settings when backend is vllm."""
 
 
+def spec_problems(spec: ScoringSpec) -> list[Problem]:
+    """The training problems as the reward sees them: prompt, answer, id and fields."""
+    ids = spec.ids or [str(i) for i in range(len(spec.prompts))]
+    fields = spec.fields or [{}] * len(spec.prompts)
+    if not len(ids) == len(fields) == len(spec.answers) == len(spec.prompts):
+        raise ValueError(f"ScoringSpec: {len(spec.prompts)} prompts, {len(spec.answers)} answers, {len(ids)} ids and "
+                         f"{len(fields)} fields: replace them together")  # fmt: skip
+    return [Problem(id=i, prompt=p, answer=a, fields=f) for i, p, a, f in zip(ids, spec.prompts, spec.answers, fields)]
+
+
+def with_problems(spec: ScoringSpec, problems: list[Problem], **changes: Any) -> ScoringSpec:
+    """`spec` scoring other problems (a held-out split): prompts, answers, ids and fields replaced together."""
+    return dataclasses.replace(
+        spec, prompts=[p.prompt for p in problems], answers=[p.answer for p in problems],
+        ids=[p.id for p in problems], fields=[p.fields for p in problems], **changes,
+    )  # fmt: skip
+
+
 def scoring_spec(cfg: PipelineConfig, splits: Splits, sft_adapter: Path, ship_adapter: bool = True) -> ScoringSpec:
     """What every scorer loads once: model, SFT adapter, SVD settings, the training split, fitness settings.
 
     ``ship_adapter``: carry the adapter's files too, for Ray workers on machines that do not see ``sft_adapter``
     (not needed by the in-process scorer, which reads the path)."""
     from essaflow.generation.sampling import resolve_backend
+    from essaflow.judging.judge import judge_spec
 
     e = cfg.essa
     files = sorted(p for p in Path(sft_adapter).rglob("*") if p.is_file()) if ship_adapter else []
@@ -71,7 +99,9 @@ def scoring_spec(cfg: PipelineConfig, splits: Splits, sft_adapter: Path, ship_ad
         nonnegative=e.nonnegative,
         prompts=[p.prompt for p in splits.train],
         answers=[p.answer for p in splits.train],
-        reward=cfg.eval.reward,
+        judge=judge_spec(cfg.eval),
+        ids=[p.id for p in splits.train],
+        fields=[p.fields for p in splits.train],
         max_new_tokens=cfg.sampling.max_new_tokens,
         temperature=e.fitness_temperature,
         top_p=cfg.sampling.top_p,

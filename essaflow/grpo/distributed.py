@@ -35,6 +35,7 @@ from essaflow.grpo.advantages import ADVANTAGES
 from essaflow.grpo.losses import LOSSES
 from essaflow.grpo.worker_group import WorkerInfo
 from essaflow.grpo.worker_io import Emit, RankStarted, RunWorker, WorkerEvent, WorkerInputs
+from essaflow.judging.judge import judge_spec
 from essaflow.judging.rewards import REWARDS
 
 
@@ -49,7 +50,8 @@ def _ray_worker_entry(config: dict) -> None:
 
     ctx = ray.train.get_context()
     for registry, (name, entry) in zip((REWARDS, LOSSES, ADVANTAGES), config["plugins"]):
-        registry.setdefault(name, entry)  # entries registered only in the driver (a script, a notebook, a test)
+        if entry is not None:  # a reward of the user's file travels as source, in config["judge"]
+            registry.setdefault(name, entry)  # entries registered only in the driver (a script, a notebook, a test)
     cfg: PipelineConfig = config["cfg"]
     if not Path(config["start"]).exists():
         raise FileNotFoundError(cluster.unshared_path_message("GRPO rank", "start adapter", config["start"]))
@@ -69,6 +71,7 @@ def _ray_worker_entry(config: dict) -> None:
         Path(config["start"]),
         Path(config["out_dir"]),
         Path(config["checkpoint_dir"]) if config["checkpoint_dir"] else None,
+        config["judge"],
     )
     config["run_worker"](inputs, info, emit)
 
@@ -82,10 +85,11 @@ def _loop_config(
         "run_worker": run_worker,
         "cfg": cfg,
         "plugins": [
-            (cfg.eval.reward, REWARDS[cfg.eval.reward]),
+            (cfg.eval.reward, REWARDS[cfg.eval.reward] if cfg.eval.reward in REWARDS else None),  # noqa: SIM401
             (cfg.grpo.loss, LOSSES[cfg.grpo.loss]),
             (cfg.grpo.advantage, ADVANTAGES[cfg.grpo.advantage]),
         ],
+        "judge": judge_spec(cfg.eval),  # the reward's source by value: workers need not see the driver's disk
         "train": _problems_payload(splits.train),
         "eval": _problems_payload(splits.eval),
         "start": str(start),

@@ -19,6 +19,7 @@ from essaflow.grpo.config import resolved_sharding
 from essaflow.grpo.engine import PolicyEngine
 from essaflow.grpo.sharding import DataParallel, wrap
 from essaflow.grpo.worker_group import CommCounter, WorkerInfo
+from essaflow.judging.judge import Judge, JudgeSpec, judge_spec
 from essaflow.model.loading import load_adapter, load_base_model, load_tokenizer, resolve_model_path
 
 
@@ -65,9 +66,13 @@ class Learner:
     comm: CommCounter
     engine: PolicyEngine | None = None
     """The rank's vLLM engine (sampling.backend=vllm, grpo/engine.py); None: rollouts on the model's generate."""
+    judge: Judge | None = None
+    """The run's reward under its threshold and error policy (essaflow.judging.judge)."""
 
     @classmethod
-    def build(cls, cfg: PipelineConfig, start: Path, resume: Path | None, info: WorkerInfo) -> Learner:
+    def build(
+        cls, cfg: PipelineConfig, start: Path, resume: Path | None, info: WorkerInfo, judge: JudgeSpec | None = None
+    ) -> Learner:
         model = build_policy(cfg, start, resume, info.device)
         ref_model = None
         if cfg.grpo.kl_beta > 0:  # the reference is the SFT start, also after a resume
@@ -84,7 +89,8 @@ class Learner:
             engine = PolicyEngine(path, m.dtype, cfg.sampling.vllm, cfg.grpo.parameters, m.lora_rank)
             with dp.gathered():
                 engine.sync(model)  # the start (or the resumed weights) before the first rollout
-        return cls(cfg, info, tok, model, dp, params, optimizer, scheduler, ref_model, comm, engine)
+        judged = (judge or judge_spec(cfg.eval)).build()
+        return cls(cfg, info, tok, model, dp, params, optimizer, scheduler, ref_model, comm, engine, judged)
 
     @property
     def trainable_bytes(self) -> int:

@@ -75,7 +75,7 @@ def train_worker(inputs: WorkerInputs, info: WorkerInfo, emit: Emit) -> None:
     """Resume if a checkpoint exists, run the steps, then save the policy; `emit` hears every step and the end."""
     cfg, g, checkpoint_dir = inputs.cfg, inputs.cfg.grpo, inputs.checkpoint_dir
     resume = latest_checkpoint(checkpoint_dir)
-    learner = Learner.build(cfg, inputs.start, resume, info)
+    learner = Learner.build(cfg, inputs.start, resume, info, inputs.judge)
     first, history = 0, []
     if resume is not None:
         first, history = restore_training_state(learner, resume)
@@ -112,7 +112,7 @@ def held_out(learner: Learner, problems: list[Problem]) -> float | None:
         if learner.info.rank != 0:
             return None
         gen = TransformersGenerator(learner.model, learner.tokenizer, cfg.sampling.batch_size, cfg.data.prompt_format())
-        return greedy_accuracy(gen, problems, learner.max_new_tokens, cfg.eval.reward)
+        return greedy_accuracy(gen, problems, learner.max_new_tokens, learner.judge or cfg.eval.reward)
 
 
 def memory_per_rank(learner: Learner) -> dict[str, int]:

@@ -29,7 +29,7 @@ from essaflow.data.schema import Problem
 from essaflow.generation.prompt_format import PromptFormat
 from essaflow.generation.sampling import Rollout, encode_prompts, is_stop, model_stop_ids, to_rollout
 from essaflow.grpo.config import GRPOConfig
-from essaflow.judging.rewards import get_reward
+from essaflow.judging.judge import Judge, as_judge
 
 _M32 = 0xFFFFFFFF
 
@@ -123,7 +123,7 @@ class RolloutBatch:
     loss_mask: torch.Tensor  # [B, C] float: completion tokens that carry loss (up to and incl. EOS)
     slots: list[int]  # [groups] global slot of each group
     rewards: torch.Tensor  # [groups, G] reward the advantage uses (after any shaping)
-    correct: torch.Tensor  # [groups, G] verifier reward, before shaping
+    correct: torch.Tensor  # [groups, G] 1 where the reward reached eval.correct_threshold, else 0
     uniform_first: torch.Tensor  # [groups] zero-variance at the first draw
     truncated: torch.Tensor  # [B] bool: no EOS within max_new_tokens
     gen_tokens: int = 0
@@ -190,7 +190,7 @@ def overlong_penalty(lengths: torch.Tensor, max_len: int, buffer: int) -> torch.
 
 
 def _draw_groups(
-    model, tokenizer, problems, keys, s: GRPOConfig, reward: str, max_new_tokens: int, fmt: PromptFormat | None,
+    model, tokenizer, problems, keys, s: GRPOConfig, reward: Judge | str, max_new_tokens: int, fmt: PromptFormat | None,
     engine=None,
 ) -> tuple[Rollout, torch.Tensor, torch.Tensor]:  # fmt: skip
     """Sample G per problem (on `engine`, a grpo.engine.PolicyEngine, when given); returns the draw and [groups, G]
@@ -200,11 +200,13 @@ def _draw_groups(
     row_keys = hash_keys(keys[:, None], torch.arange(g)[None, :]).reshape(-1)
     draw_fn = sample if engine is None else engine.draw
     draw = draw_fn(model, tokenizer, prompts, row_keys, s.temperature, s.top_p, max_new_tokens, fmt)
-    fn = get_reward(reward)
-    answers = [p.answer for p in problems for _ in range(g)]
-    correct = torch.tensor([fn(t, a) for t, a in zip(draw.texts, answers)], dtype=torch.float32)
+    scores = as_judge(reward).score(draw.texts, [p for p in problems for _ in range(g)])
+    # F-GRPO's success rate counts correct completions (reward >= eval.correct_threshold); the advantages use the
+    # reward itself, so a graded reward's partial credit reaches the gradient (docs/rewards.md)
+    correct = torch.tensor(scores.correct, dtype=torch.float32)
     lengths = draw.completion_mask.sum(dim=1)
-    shaped = correct + s.overlong_penalty * overlong_penalty(lengths, max_new_tokens, s.overlong_buffer)
+    reward_t = torch.tensor(scores.rewards, dtype=torch.float32)
+    shaped = reward_t + s.overlong_penalty * overlong_penalty(lengths, max_new_tokens, s.overlong_buffer)
     return draw, correct.view(-1, g), shaped.view(-1, g)
 
 
@@ -215,17 +217,18 @@ def collect(
     slots: list[int],
     step: int,
     s: GRPOConfig,
-    reward: str,
+    reward: Judge | str,
     max_new_tokens: int,
     fmt: PromptFormat | None = None,
     engine=None,
 ) -> RolloutBatch:
     """This worker's groups for `step`: sample, reward, (dynamic sampling).
 
-    `s` is the run's grpo section; `reward` names the verifier (eval.reward) and `max_new_tokens` is the resolved
-    completion cap (grpo.max_new_tokens, else sampling.max_new_tokens); `fmt` renders prompts (data.chat_template,
-    data.system_prompt) exactly as SFT and evaluation do; `engine` (grpo.engine.PolicyEngine, sampling.backend=vllm)
-    samples instead of the model's own `generate`, and its log-probabilities come back in `engine_logp`.
+    `s` is the run's grpo section; `reward` is the verifier (a Judge of eval.reward, or a registered reward's name);
+    `max_new_tokens` is the resolved completion cap (grpo.max_new_tokens, else sampling.max_new_tokens); `fmt`
+    renders prompts (data.chat_template, data.system_prompt) exactly as SFT and evaluation do; `engine`
+    (grpo.engine.PolicyEngine, sampling.backend=vllm) samples instead of the model's own `generate`, and its
+    log-probabilities come back in `engine_logp`.
 
     Dynamic sampling (DAPO sec. 3.2), when on, retries each zero-variance group with another problem for that
     slot, up to `dynamic_sampling_rounds` times. Groups still uniform afterwards are kept (their advantage is
@@ -315,7 +318,7 @@ class _DrawSet:
     model: PreTrainedModel
     tokenizer: object
     s: GRPOConfig
-    reward: str
+    reward: Judge | str
     max_new_tokens: int
     parts: dict[str, list[torch.Tensor]]
     rows: torch.Tensor

@@ -36,7 +36,8 @@ def train_step(learner: Learner, train: list[Problem], slots: list[int], step: i
     # rollout: G completions per prompt group, verifier rewards (and shaped ones), on the whole policy
     with learner.dp.gathered():
         batch = collect(
-            learner.model, learner.tokenizer, train, slots, step, g, cfg.eval.reward, learner.max_new_tokens,
+            learner.model, learner.tokenizer, train, slots, step, g, learner.judge or cfg.eval.reward,
+            learner.max_new_tokens,
             cfg.data.prompt_format(), learner.engine,
         )  # fmt: skip
     if learner.engine is not None:

@@ -14,6 +14,7 @@ from essaflow.grpo.worker_group import WorkerInfo
 if TYPE_CHECKING:
     from essaflow.config import PipelineConfig
     from essaflow.data.schema import Problem
+    from essaflow.judging.judge import JudgeSpec
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,8 @@ class WorkerInputs:
     start: Path
     out_dir: Path
     checkpoint_dir: Path | None
+    judge: JudgeSpec | None = None
+    """The reward as shipped (its source by value); None: read from cfg.eval (a worker on the driver's machine)."""
 
 
 @dataclass(frozen=True)

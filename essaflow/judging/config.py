@@ -6,12 +6,16 @@ No torch or transformers here, so reading a config stays cheap for the processes
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from essaflow.config_base import StrictConfig, trajectory
 from essaflow.data.config import HeldOutSourceConfig
+from essaflow.judging.reward_ref import absolute_ref, resolve_reward_ref, split_ref
 from essaflow.judging.rewards import AUTO_REWARD, REWARDS
+from essaflow.sandbox.config import SandboxConfig
 
 #: the guard name standing for pass@k at the largest k of eval.ks
 LARGEST_K = "pass@max"
@@ -29,9 +33,25 @@ class EvalConfig(StrictConfig):
     seed: int = 1234
     """Sampling seed: the same seed before and after training gives a paired comparison."""
     reward: str = trajectory("auto")
-    """Reward used to judge correctness (essaflow.judging.rewards). auto follows the data: math_verify for
-    data.adapter gsm8k or math (symbolic equivalence of the extracted final answer), exact_match for the synthetic
-    task and plain files; the pipeline config resolves it, so runs record the concrete name."""
+    """Reward used to judge completions: a registered name (exact_match, math_verify, final_number, code_tests), a
+    file of yours (`path/to/file.py:function`, relative to the config file, or absolute) or a module
+    (`package.module:function`); docs/rewards.md. auto follows the data: math_verify for data.adapter gsm8k or
+    math (symbolic equivalence of the extracted final answer), exact_match for the synthetic task and plain files;
+    the pipeline config resolves it, so runs record the concrete name."""
+    reward_digest: str | None = None
+    """SHA-256 of the reward's source (the file that defines it), computed when the config is read (a value given
+    is replaced): part of the protocol, so a changed reward re-scores the champion and misses every cache."""
+    correct_threshold: float = 1.0
+    """A completion counts as correct (pass@k, greedy accuracy, F-GRPO's success rate) when its reward reaches
+    this; GRPO's advantages and ESSA's fitness use the reward itself (docs/rewards.md)."""
+    reward_errors: Literal["fail", "zero"] = "fail"
+    """A reward call that raises or times out: fail the run naming the reward, problem and completion, or score 0
+    and count it (`reward_errors` in the results)."""
+    reward_timeout_s: float = Field(30.0, gt=0)
+    """Longest one call of a reward of yours may take (the built-in rewards bound themselves)."""
+    sandbox: SandboxConfig = SandboxConfig()
+    """Where model-written code runs (the code_tests reward): bubblewrap, or `none` for trusted setups only
+    (shown with every result it produced); docs/rewards.md."""
     data: HeldOutSourceConfig | None = None
     """A held-out set of its own (GSM8K's test file, MATH500, a path, glob or s3:// prefix) instead of a region of
     the training data; problems it shares with the training data are dropped from training and counted
@@ -50,7 +70,21 @@ class EvalConfig(StrictConfig):
     @field_validator("reward")
     @classmethod
     def _known_reward(cls, v: str) -> str:
-        return v if v == AUTO_REWARD else REWARDS.check(v)
+        kind, _, _ = split_ref(v)
+        return REWARDS.check(v) if kind == "builtin" and v != AUTO_REWARD else v
+
+    @field_validator("sandbox", mode="before")
+    @classmethod
+    def _sandbox_by_kind(cls, v: Any) -> Any:
+        return {"kind": v} if isinstance(v, str) else v
+
+    @model_validator(mode="after")
+    def _digest_the_reward(self) -> EvalConfig:
+        # __dict__: a plain assignment would re-run the validators (validate_assignment)
+        if self.reward != AUTO_REWARD:  # a relative file given on the command line: from the current folder
+            self.__dict__["reward"] = absolute_ref(self.reward, Path.cwd())
+        self.__dict__["reward_digest"] = None if self.reward == AUTO_REWARD else resolve_reward_ref(self.reward).digest
+        return self
 
 
 class GateConfig(StrictConfig):

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from essaflow.data.schema import Problem
 from essaflow.generation.config import SamplingConfig
 from essaflow.judging.config import EvalConfig
-from essaflow.judging.rewards import AUTO_REWARD, get_reward, resolve_reward
+from essaflow.judging.judge import Judge, as_judge, judge_for
 
 if TYPE_CHECKING:  # the engines need torch; a process that only reads reports (tracking, the gate) never loads them
     from essaflow.generation.sampling import Generator, Samples
@@ -61,6 +61,14 @@ class EvalReport:
     """Per problem: id, prompt, reference, greedy completion and up to eval.samples_saved_per_problem sampled
     ones, each with its reward and whether it was truncated (what samples.jsonl.gz holds)."""
 
+    reward_mean: float = 0.0
+    """Mean reward of the sampled completions (a graded reward's average, beside the pass@k it was thresholded
+    into)."""
+    reward_components: dict[str, float] = field(default_factory=dict)
+    """Mean of each named component over the sampled completions (a reward returning components)."""
+    reward_errors: int = 0
+    """Reward calls that raised or timed out and scored 0 (eval.reward_errors: zero)."""
+
     def summary(self) -> dict[str, float]:
         """The headline numbers: greedy and pass@k."""
         return {"greedy": self.greedy, **{f"pass@{k}": v for k, v in self.pass_at_k.items()}}
@@ -71,25 +79,28 @@ class EvalReport:
             **self.summary(),
             "truncated_share": self.truncated_share,
             "greedy_truncated_share": self.greedy_truncated_share,
+            **{f"reward.{k}": v for k, v in self.reward_components.items()},
+            **({"reward_errors": float(self.reward_errors)} if self.reward_errors else {}),
         }
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
 
 
-def completion_rewards(completions: list[str], references: list[str], reward: str = "exact_match") -> list[float]:
-    """The reward of each completion against its reference, in order (not their mean)."""
-    fn = get_reward(reward)
-    return [fn(c, r) for c, r in zip(completions, references)]
+def completion_rewards(
+    completions: list[str], problems: list[Problem], reward: Judge | str = "exact_match"
+) -> list[float]:
+    """The reward of each completion against its problem, in order (not their mean)."""
+    return as_judge(reward).score(completions, problems).rewards
 
 
 def greedy_accuracy(
-    generator: Generator, problems: list[Problem], max_new_tokens: int, reward: str = "exact_match"
+    generator: Generator, problems: list[Problem], max_new_tokens: int, reward: Judge | str = "exact_match"
 ) -> float:
-    """Share of problems solved by greedy decoding."""
+    """Share of problems whose greedy decode is correct (its reward reaches the judge's threshold)."""
     outs = generator.generate([p.prompt for p in problems], n=1, temperature=0.0, max_new_tokens=max_new_tokens)
-    scores = completion_rewards([o[0] for o in outs], [p.answer for p in problems], reward)
-    return sum(scores) / max(len(scores), 1)
+    correct = as_judge(reward).score([o[0] for o in outs], problems).correct
+    return sum(correct) / max(len(correct), 1)
 
 
 def _sample_rows(
@@ -114,15 +125,6 @@ def _sample_rows(
     return rows
 
 
-def _standalone_reward(name: str) -> str:
-    """eval.reward, with auto left unresolved (an EvalConfig used without a pipeline config, so without data to
-    follow) read as exact_match, the reward of the default synthetic data."""
-    if name != AUTO_REWARD:
-        return name
-    log.info("eval.reward=auto outside a pipeline config: exact_match (set eval.reward to judge other data)")
-    return resolve_reward(name, "synthetic", "plain")
-
-
 def evaluate(
     generator: Generator, problems: list[Problem], eval_cfg: EvalConfig, sampling: SamplingConfig
 ) -> EvalReport:
@@ -135,17 +137,18 @@ def evaluate(
     if eval_cfg.max_problems is not None:
         problems = problems[: eval_cfg.max_problems]
     n, cap = eval_cfg.samples_per_problem, sampling.max_new_tokens
-    prompts, answers = [p.prompt for p in problems], [p.answer for p in problems]
-    reward = get_reward(_standalone_reward(eval_cfg.reward))
+    prompts = [p.prompt for p in problems]
+    judge = judge_for(eval_cfg)
     start = time.perf_counter()
     greedy = sample_completions(generator, prompts, n=1, temperature=0.0, max_new_tokens=cap)
-    g_scores = [reward(o[0], a) for o, a in zip(greedy.texts, answers)]
+    g = judge.score([o[0] for o in greedy.texts], problems)
     sampled = sample_completions(
         generator, prompts, n=n, temperature=sampling.temperature, top_p=sampling.top_p, max_new_tokens=cap,
         seed=eval_cfg.seed,
     )  # fmt: skip
-    scores = [[reward(c, a) for c in outs] for outs, a in zip(sampled.texts, answers)]
-    counts = [int(sum(row)) for row in scores]
+    flat = judge.score([c for outs in sampled.texts for c in outs], [p for p in problems for _ in range(n)])
+    scores = [flat.rewards[i * n : (i + 1) * n] for i in range(len(problems))]
+    counts = [sum(flat.correct[i * n : (i + 1) * n]) for i in range(len(problems))]
     ks = sorted(set(eval_cfg.ks) | {1})
     passk = {str(k): sum(pass_at_k(n, c, k) for c in counts) / len(counts) for k in ks}
     wall = time.perf_counter() - start
@@ -154,7 +157,7 @@ def evaluate(
     return EvalReport(
         num_problems=len(problems),
         samples_per_problem=n,
-        greedy=sum(g_scores) / max(len(g_scores), 1),
+        greedy=sum(g.correct) / max(len(g.rewards), 1),
         pass_at_k=passk,
         correct_counts=counts,
         problem_ids=[p.id for p in problems],
@@ -163,8 +166,11 @@ def evaluate(
         truncated_share=round(share, 4),
         greedy_truncated_share=round(greedy.truncated_share(), 4),
         max_new_tokens=cap,
-        greedy_correct=[int(g >= 1.0) for g in g_scores],
-        samples=_sample_rows(problems, greedy, sampled, scores, g_scores, eval_cfg.samples_saved_per_problem),
+        greedy_correct=[int(c) for c in g.correct],
+        samples=_sample_rows(problems, greedy, sampled, scores, g.rewards, eval_cfg.samples_saved_per_problem),
+        reward_mean=round(flat.mean(), 6),
+        reward_components={k: round(v, 6) for k, v in flat.component_means().items()},
+        reward_errors=g.errors + flat.errors,
     )
 
 

@@ -1,15 +1,21 @@
 """Rewards: answer verification, plus a registry so a reward is plugged by name.
 
-Rewards are binary (1.0 / 0.0) by default, as both papers use (FGRPO-v2 sec. 5.2 uses math-verify).
+Rewards are binary (1.0 / 0.0) by default, as both papers use (FGRPO-v2 sec. 5.2 uses math-verify). A reward of
+your own is named by file or module instead (essaflow.judging.reward_ref; docs/rewards.md).
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from essaflow.data.answers import extract_answer
 from essaflow.registry import Registry
+
+if TYPE_CHECKING:
+    from essaflow.data.schema import Problem
+    from essaflow.sandbox.config import SandboxConfig
 
 Reward = Callable[[str, str], float]
 REWARDS: Registry[Reward] = Registry("reward")
@@ -76,3 +82,16 @@ def final_number_reward(completion: str, reference: str) -> float:
         return 1.0 if float(got) == float(reference.replace(",", "")) else 0.0
     except ValueError:
         return 0.0
+
+
+@register_reward("code_tests", batch=True)
+def code_tests(completions: list[str], problems: list[Problem], sandbox: SandboxConfig | None = None) -> list[float]:
+    """Code: each completion's program (its first fenced block, else the whole text) runs followed by its problem's
+    `tests` field (Python that raises when the solution is wrong) in the sandbox (eval.sandbox: bubblewrap by
+    default); 1.0 when it ran to its end, else 0.0. A batch reward: one pool of sandboxed workers takes them all."""
+    from essaflow.sandbox import code_tests_scores, shared_pool
+
+    missing = [p.id for p in problems if not isinstance(p.fields.get("tests"), str)]
+    if missing:
+        raise ValueError(f"code_tests needs each problem's `tests` field (Python text); missing for {missing[:5]}")
+    return code_tests_scores(completions, [p.fields["tests"] for p in problems], shared_pool(sandbox))

@@ -17,7 +17,7 @@ from essaflow.config import load_config
 from essaflow.data.prepare import prepare_splits
 from essaflow.essa.loop import train_essa
 from essaflow.essa.scorer import CandidateScorer
-from essaflow.essa.scoring_spec import scoring_spec
+from essaflow.essa.scoring_spec import scoring_spec, with_problems
 from essaflow.training.warm_start import cached_sft_adapter
 from tests.support import essa_tiny
 
@@ -55,10 +55,9 @@ def test_short_run_raises_held_out_reward_on_the_tiny_model(tmp_path):
     splits = prepare_splits(cfg.data)
     sft = cached_sft_adapter(cfg.model, cfg.sft, splits, cfg.data.prompt_format())
     result = train_essa(cfg, splits, sft, tmp_path)
-    held_out = dataclasses.replace(
+    held_out = with_problems(
         scoring_spec(cfg, splits, sft),
-        prompts=[p.prompt for p in splits.eval],
-        answers=[p.answer for p in splits.eval],
+        splits.eval,
         fitness="answer_probability",
         temperature=1.0,
     )

@@ -11,7 +11,7 @@ import torch
 from essaflow.config import ConfigError, load_config
 from essaflow.data.prepare import prepare_splits
 from essaflow.essa.scorer import CandidateScorer
-from essaflow.essa.scoring_spec import scoring_spec
+from essaflow.essa.scoring_spec import scoring_spec, with_problems
 from essaflow.model.config import ModelConfig
 from essaflow.model.loading import load_model_with_adapter
 from essaflow.model.quantization import is_quantized
@@ -27,10 +27,9 @@ def tiny_sft():
     cfg = load_config(None, sets)
     splits = prepare_splits(cfg.data)
     adapter = cached_sft_adapter(cfg.model, cfg.sft, splits, cfg.data.prompt_format())
-    spec = dataclasses.replace(
+    spec = with_problems(
         scoring_spec(cfg, splits, adapter, ship_adapter=False),
-        prompts=[p.prompt for p in splits.eval],  # score the held-out split: fitness = greedy accuracy on it
-        answers=[p.answer for p in splits.eval],
+        splits.eval,
         fitness="accuracy",
         temperature=0.0,
     )

@@ -1,0 +1,133 @@
+"""What `eval.reward` names, and the code behind it by content: a registered name, a file (`path/to/file.py:fn`) or
+a module (`package.module:fn`).
+
+A reference resolves to a `RewardRef`: the function's name, the source text of the file that defines it and that
+text's SHA-256. The digest is part of the evaluation protocol (a changed reward is a changed protocol: the gate
+re-scores the champion, no cache serves an old score), and the source travels to Ray workers by value, so a worker
+on another machine runs exactly the bytes the driver digested, without seeing the driver's disk (docs/rewards.md).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import sys
+import threading
+import types
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from essaflow.storage.sha256 import sha256_bytes
+
+Kind = Literal["builtin", "file", "module"]
+
+
+class RewardRefError(ValueError):
+    """An `eval.reward` that cannot be used: a missing file or function, a syntax error, a wrong signature."""
+
+
+@dataclass(frozen=True)
+class RewardRef:
+    """A resolved `eval.reward`: which function, and the source it is defined by (picklable, a few KB)."""
+
+    ref: str
+    """As configured: a registered name, `/abs/path/file.py:fn` or `package.module:fn`."""
+    kind: Kind
+    function: str
+    """The function's name (for a builtin, the registered name)."""
+    source: str
+    """The defining file's text (a builtin: the function's own source)."""
+    origin: str
+    """Where the source was read (a path, or `essaflow` for a builtin): named in errors."""
+
+    @property
+    def digest(self) -> str:
+        """SHA-256 of the source text: what the protocol records."""
+        return sha256_bytes(self.source.encode())
+
+
+def split_ref(ref: str) -> tuple[Kind, str, str]:
+    """(kind, where, function) of an `eval.reward` string, without reading anything."""
+    if ":" not in ref:
+        return "builtin", "", ref
+    where, _, function = ref.rpartition(":")
+    if not where or not function.isidentifier():
+        raise RewardRefError(f"eval.reward {ref!r}: expected a registered name, path/to/file.py:function or "
+                             "package.module:function")  # fmt: skip
+    return ("file" if where.endswith(".py") or "/" in where else "module"), where, function
+
+
+def absolute_ref(ref: str, base_dir: Path) -> str:
+    """`ref` with a relative file path made absolute against `base_dir` (the config file's folder)."""
+    kind, where, function = split_ref(ref)
+    if kind != "file" or Path(where).is_absolute():
+        return ref
+    return f"{(base_dir / where).resolve()}:{function}"
+
+
+def resolve_reward_ref(ref: str) -> RewardRef:
+    """Read the source `ref` points at; RewardRefError naming the file or module when it is not there."""
+    kind, where, function = split_ref(ref)
+    if kind == "builtin":
+        from essaflow.judging.rewards import REWARDS
+
+        fn = REWARDS.get(ref)
+        return RewardRef(ref, kind, ref, inspect.getsource(inspect.unwrap(fn)), "essaflow")
+    path = Path(where) if kind == "file" else _module_file(where, ref)
+    try:
+        source = path.read_text()
+    except FileNotFoundError:
+        raise RewardRefError(f"eval.reward {ref!r}: no file {path}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise RewardRefError(f"eval.reward {ref!r}: cannot read {path}: {e}") from None
+    return RewardRef(ref, kind, function, source, str(path))
+
+
+def _module_file(module: str, ref: str) -> Path:
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError) as e:
+        raise RewardRefError(f"eval.reward {ref!r}: cannot find module {module!r}: {e}") from None
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        raise RewardRefError(f"eval.reward {ref!r}: no Python source for module {module!r} on sys.path")
+    return Path(spec.origin)
+
+
+_LOADED: dict[tuple[str, str], Callable[..., Any]] = {}
+_LOCK = threading.Lock()
+
+
+def load_reward_function(ref: RewardRef) -> Callable[..., Any]:
+    """The function `ref` names, defined from its shipped source (once per process and digest)."""
+    if ref.kind == "builtin":
+        from essaflow.judging.rewards import REWARDS
+
+        return REWARDS.get(ref.function)
+    key = (ref.digest, ref.function)
+    with _LOCK:
+        if key not in _LOADED:
+            _LOADED[key] = _define(ref)
+        return _LOADED[key]
+
+
+def _define(ref: RewardRef) -> Callable[..., Any]:
+    name = f"essaflow_reward_{ref.digest[:16]}"
+    module = types.ModuleType(name)
+    module.__file__ = ref.origin
+    sys.modules[name] = module  # dataclasses and pickling look their module up by name
+    try:
+        exec(compile(ref.source, ref.origin, "exec"), module.__dict__)
+    except SyntaxError as e:
+        raise RewardRefError(
+            f"eval.reward {ref.ref!r}: syntax error in {ref.origin}, line {e.lineno}: {e.msg}"
+        ) from None
+    except Exception as e:
+        raise RewardRefError(f"eval.reward {ref.ref!r}: importing {ref.origin} raised {type(e).__name__}: {e}") from e
+    fn = getattr(module, ref.function, None)
+    if not callable(fn):
+        defined = sorted(k for k, v in vars(module).items() if inspect.isfunction(v) and not k.startswith("_"))
+        raise RewardRefError(f"eval.reward {ref.ref!r}: {ref.origin} defines no function {ref.function!r} "
+                             f"(functions there: {defined})")  # fmt: skip
+    return fn

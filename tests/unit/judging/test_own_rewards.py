@@ -1,0 +1,149 @@
+"""Rewards of the user's own: named by file or module, given the problem and its fields, returning components,
+digested into the protocol, failing (or scoring 0) with the problem named, stopped when they hang."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from essaflow.config import load_config, parse_config
+from essaflow.config_base import ConfigError
+from essaflow.data.schema import Problem
+from essaflow.judging.config import EvalConfig
+from essaflow.judging.judge import Judge, RewardError, judge_for, judge_spec
+from essaflow.judging.reward_ref import RewardRefError, resolve_reward_ref
+
+REPO = Path(__file__).resolve().parents[3]
+P = [
+    Problem(id="a", prompt="2+3=", answer="5", fields={"operands": [2, 3], "op": "+"}),
+    Problem(id="b", prompt="9-4=", answer="5", fields={"operands": [9, 4], "op": "-"}),
+]
+
+
+def write(tmp_path: Path, body: str, name: str = "my_reward.py") -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+def test_a_file_reward_gets_the_problem_and_its_fields_and_returns_components(tmp_path):
+    path = write(tmp_path, """
+        def graded(completion, problem):
+            a, b = problem.fields["operands"]
+            want = a + b if problem.fields["op"] == "+" else a - b
+            return {"format": 0.25 * completion.isdigit(), "value": 0.75 * (completion == str(want))}
+    """)
+    judge = judge_for(EvalConfig(reward=f"{path}:graded", correct_threshold=1.0))
+    scores = judge.score(["5", "6"], P)
+    assert scores.rewards == [1.0, 0.25]
+    assert scores.correct == [True, False]
+    assert scores.components == {"format": [0.25, 0.25], "value": [0.75, 0.0]}
+    assert scores.component_means() == {"format": 0.25, "value": 0.375}
+
+
+def test_the_two_argument_form_receives_the_reference_text(tmp_path):
+    path = write(tmp_path, "def same(completion, reference):\n    return float(completion == reference)\n")
+    judge = judge_for(EvalConfig(reward=f"{path}:same"))
+    assert judge.score(["5", "4"], P).rewards == [1.0, 0.0]
+
+
+def test_a_module_reward_is_read_by_its_source(tmp_path, monkeypatch):
+    body = "def first_digit(completion, problem):\n    return 1.0 if completion[:1] == problem.answer[:1] else 0\n"
+    write(tmp_path, body, "task_rewards_mod.py")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = EvalConfig(reward="task_rewards_mod:first_digit")
+    assert cfg.reward_digest == resolve_reward_ref("task_rewards_mod:first_digit").digest
+    assert judge_for(cfg).score(["55", "7"], P).rewards == [1.0, 0.0]
+    assert "task_rewards_mod" not in sys.modules  # defined from its source, not imported
+
+
+def test_a_relative_reward_file_is_relative_to_the_config_file(tmp_path, monkeypatch):
+    sub = tmp_path / "task"
+    sub.mkdir()
+    write(sub, "def r(completion, problem):\n    return 1.0\n", "r.py")
+    (sub / "run.yaml").write_text("eval:\n  reward: r.py:r\n")
+    monkeypatch.chdir(REPO)
+    cfg = load_config(sub / "run.yaml")
+    assert cfg.eval.reward == f"{(sub / 'r.py').resolve()}:r"
+    assert cfg.eval.reward_digest == resolve_reward_ref(cfg.eval.reward).digest
+
+
+def test_the_digest_follows_the_source_and_an_edit_mid_run_is_refused(tmp_path):
+    path = write(tmp_path, "def r(completion, problem):\n    return 1.0\n")
+    before = EvalConfig(reward=f"{path}:r")
+    path.write_text("def r(completion, problem):\n    return 0.5\n")
+    after = EvalConfig(reward=f"{path}:r")
+    assert before.reward_digest != after.reward_digest
+    with pytest.raises(RewardError, match="changed since the run's config was read"):
+        judge_spec(before)
+
+
+def test_bad_references_are_one_clear_error(tmp_path):
+    with pytest.raises(ConfigError, match="no file"):
+        parse_config({"eval": {"reward": f"{tmp_path}/missing.py:r"}})
+    path = write(tmp_path, "def other(completion, problem):\n    return 1.0\n")
+    with pytest.raises(RewardRefError, match=r"defines no function 'r' \(functions there: \['other'\]\)"):
+        judge_for(EvalConfig(reward=f"{path}:r"))
+    bad = write(tmp_path, "def r(completion):\n    return 1.0\n", "one_arg.py")
+    with pytest.raises(RewardRefError, match=r"must take \(completion, problem\)"):
+        judge_for(EvalConfig(reward=f"{bad}:r"))
+    broken = write(tmp_path, "def r(completion, problem)\n    return 1.0\n", "broken.py")
+    with pytest.raises(RewardRefError, match="syntax error in .*broken.py, line 1"):
+        judge_for(EvalConfig(reward=f"{broken}:r"))
+
+
+def test_a_raising_reward_names_the_reward_problem_and_completion_or_scores_zero(tmp_path):
+    path = write(tmp_path, """
+        def fragile(completion, problem):
+            if problem.id == "b":
+                raise KeyError("target")
+            return 1.0
+    """)
+    with pytest.raises(RewardError, match=r"fragile.*problem 'b' \(KeyError: 'target'\); completion starts 'oops'"):
+        judge_for(EvalConfig(reward=f"{path}:fragile")).score(["5", "oops"], P)
+    scores = judge_for(EvalConfig(reward=f"{path}:fragile", reward_errors="zero")).score(["5", "oops"], P)
+    assert scores.rewards == [1.0, 0.0] and scores.errors == 1
+
+
+def test_a_hanging_reward_is_stopped_by_its_timeout_and_the_next_call_scores(tmp_path):
+    path = write(tmp_path, """
+        import time
+        def slow(completion, problem):
+            if completion == "hang":
+                time.sleep(60)
+            return 1.0
+    """)
+    cfg = EvalConfig(reward=f"{path}:slow", reward_errors="zero", reward_timeout_s=0.5)
+    start = time.monotonic()
+    scores = judge_for(cfg).score(["hang", "5"], P)
+    assert scores.rewards == [0.0, 1.0] and scores.errors == 1
+    assert time.monotonic() - start < 5
+
+
+def test_a_reward_returning_no_number_is_an_error(tmp_path):
+    path = write(tmp_path, "def r(completion, problem):\n    return 'yes'\n")
+    with pytest.raises(RewardError, match="returned 'yes': a reward returns a number"):
+        judge_for(EvalConfig(reward=f"{path}:r")).score(["5"], P[:1])
+
+
+def test_builtin_rewards_keep_their_two_argument_form_and_carry_a_digest():
+    judge = Judge("exact_match")
+    assert judge.score(["5", "4"], P).rewards == [1.0, 0.0]
+    assert EvalConfig(reward="exact_match").reward_digest == resolve_reward_ref("exact_match").digest
+
+
+def test_code_tests_runs_the_completion_against_the_problem_tests_in_the_sandbox():
+    tests = "assert double(2) == 4\nassert double(-3) == -6\n"
+    problems = [Problem(id=f"c{i}", prompt="double", answer="", fields={"tests": tests}) for i in range(3)]
+    honest = "```python\ndef double(x):\n    return 2 * x\n```"
+    wrong = "def double(x):\n    return x + 2\n"
+    escape = "import os\nos._exit(0)\ndef double(x):\n    return 2 * x\n"
+    judge = judge_for(EvalConfig(reward="code_tests"))
+    assert judge.score([honest, wrong, escape], problems).rewards == [1.0, 0.0, 0.0]
+    no_tests = Problem(id="n", prompt="p", answer="")
+    with pytest.raises(RewardError, match=r"code_tests.*missing for \['n'\]"):
+        judge.score([honest], [no_tests])
