@@ -98,15 +98,20 @@ def test_a_train_task_killed_once_resumes_from_its_checkpoint_and_ends_with_the_
 
 
 class _RetriedRequests(logging.Handler):
-    """Counts the requests botocore retries (its standard retry mode logs each one), from any thread."""
+    """Counts refused requests that were retried, from any thread: botocore's own retries (its standard mode logs
+    each) and the store's (it logs each attempt it retries; it alone once botocore's retry quota is spent)."""
 
     def __init__(self):
         super().__init__(logging.DEBUG)
         self.count = 0
 
     def emit(self, record: logging.LogRecord) -> None:
-        if record.getMessage().startswith("Retry needed, retrying request"):
+        message = record.getMessage()
+        if message.startswith("Retry needed, retrying request") or "failed (EndpointConnectionError)" in message:
             self.count += 1
+
+
+RETRY_LOGGERS = ("botocore.retries.standard", "essaflow.storage.s3")
 
 
 def test_an_s3_outage_of_a_few_seconds_is_ridden_out_and_leaves_nothing_partial(
@@ -117,9 +122,11 @@ def test_an_s3_outage_of_a_few_seconds_is_ridden_out_and_leaves_nothing_partial(
         monkeypatch.setenv(key, value)
     store = server.store("run")
     retried = _RetriedRequests()
-    botocore_retries = logging.getLogger("botocore.retries.standard")
-    monkeypatch.setattr(botocore_retries, "level", logging.DEBUG)
-    botocore_retries.addHandler(retried)
+    for name in RETRY_LOGGERS:  # on at DEBUG, also where an earlier logging setup (Prefect's) disabled them
+        logger = logging.getLogger(name)
+        monkeypatch.setattr(logger, "level", logging.DEBUG)
+        monkeypatch.setattr(logger, "disabled", False)
+        logger.addHandler(retried)
     outage: dict[str, float] = {}
 
     def dataset_landed() -> bool:
@@ -148,7 +155,8 @@ def test_an_s3_outage_of_a_few_seconds_is_ridden_out_and_leaves_nothing_partial(
         result = _finetune({"name": "s3-outage", "method": "none", "storage_uri": "s3://outage/run"})
     finally:
         chaos.join(timeout=130)
-        botocore_retries.removeHandler(retried)
+        for name in RETRY_LOGGERS:
+            logging.getLogger(name).removeHandler(retried)
 
     assert outage.get("met"), "the outage must have happened during the run, under its requests"
     assert result.model_version and result.aliases
