@@ -1,20 +1,37 @@
-"""Both engines side by side on one model and one set of prompts: ESSA candidates/s and GRPO rollout tokens/s.
+"""Both engines side by side on one model and one set of prompts: ESSA candidates/s and GRPO rollout tokens/s; and
+on the transformers engine, a population scored in shared batches against candidate by candidate and against plain
+batch inference of the same sequences.
 
-    .venv/bin/python bench/engine_throughput.py [--population 16] [--minibatch 128] [--groups 32]
+    .venv/bin/python bench/engine_throughput.py [--parts population,engines,rollouts] [--population 16]
+        [--minibatch 128] [--groups 32] [--repeats 3] [--batch-sizes 128,512,2048]
 
-On the embedded tiny model (SFT adapter of configs/tiny.yaml, trained or taken from the cache): an ESSA population
-of relative offsets scored greedily on the same minibatch by a transformers scorer (candidate by candidate) and by
-a vLLM scorer (the whole population in one engine batch, an adapter per candidate), then GRPO rollouts of the same
-prompt groups (G = 8, temperature 1) drawn by the transformers engine and by vLLM after a policy sync. Prints one
-JSON line: candidates/s, rollout tokens/s, and the fitness agreement of the two engines. On CPU vLLM is a
-correctness harness and slower; `bench/gpu_check.py --parts engines` measures the same on a GPU.
+On the embedded tiny model (SFT adapter of configs/tiny.yaml, trained or taken from the cache):
+
+- population (issue 32): an ESSA population of relative offsets scored greedily on one minibatch by the transformers
+  engine in shared row batches (essa.batched_scoring, at each of --batch-sizes) and candidate by candidate (merged
+  weights, one batch per candidate), and the same sequences (population x minibatch prompts) generated greedily by
+  the SFT model with its adapter merged (plain batch inference: its generate calls alone, on prompts tokenised
+  beforehand, at each of --batch-sizes). Medians over --repeats; the ratios use each side's best batch size, and
+  the fitness of the two scorings is compared.
+- engines: the same population scored by a transformers scorer and by a vLLM scorer (the whole population in one
+  engine batch, an adapter per candidate).
+- rollouts: GRPO rollouts of the same prompt groups (G = 8, temperature 1) drawn by the transformers engine and by
+  vLLM after a policy sync.
+
+Prints one JSON line last: the parts' rates and ratios, all from this run. On CPU vLLM is a correctness harness
+and slower; `bench/gpu_check.py --parts engines` measures the engines on a GPU.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import os
+import statistics
 import time
+from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 import torch
@@ -24,9 +41,16 @@ from essaflow.data.prepare import prepare_splits
 from essaflow.essa.scorer import CandidateScorer
 from essaflow.essa.scoring_spec import scoring_spec
 from essaflow.generation.config import VLLMConfig
+from essaflow.generation.sampling import encode_prompts, model_stop_ids
 from essaflow.grpo.engine import PolicyEngine
 from essaflow.grpo.rollout import hash_keys, sample
-from essaflow.model.loading import load_adapter, load_base_model, load_tokenizer, resolve_model_path
+from essaflow.model.loading import (
+    load_adapter,
+    load_base_model,
+    load_model_with_adapter,
+    load_tokenizer,
+    resolve_model_path,
+)
 from essaflow.training.warm_start import cached_sft_adapter
 
 
@@ -51,6 +75,73 @@ def essa_rates(cfg, splits, adapter, population: int, minibatch: int) -> dict:
     return out
 
 
+def _median_rate(count: int, work: Callable[[], object], repeats: int) -> float:
+    """Median of count / seconds over `repeats` calls of `work` (after one warm-up call)."""
+    work()
+    rates = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        work()
+        rates.append(count / (time.perf_counter() - t0))
+    return statistics.median(rates)
+
+
+def plain_inference_rates(cfg, adapter, prompts: list[str], sizes: list[int], repeats: int) -> dict[int, float]:
+    """Sequences/s of greedy batch inference of `prompts` by the SFT model (adapter merged), per batch size: the
+    generate calls alone, on prompts tokenised beforehand (the strictest reference: no reward, no tokenising)."""
+    model, tok = load_model_with_adapter(cfg.model, adapter)
+    plain = model.merge_and_unload()
+    enc = encode_prompts(tok, prompts, cfg.data.prompt_format())
+    kw = {"do_sample": False, "max_new_tokens": cfg.sampling.max_new_tokens, "pad_token_id": tok.pad_token_id,
+          "eos_token_id": model_stop_ids(plain, tok)}  # fmt: skip
+
+    @torch.no_grad()
+    def generate(size: int) -> None:
+        for start in range(0, len(prompts), size):
+            plain.generate(**{k: v[start : start + size] for k, v in enc.items()}, **kw)
+
+    return {size: _median_rate(len(prompts), partial(generate, size), repeats) for size in sizes}
+
+
+def scoring_rates(spec, xs, prompt_idx, sizes: list[int], repeats: int) -> tuple[dict, dict]:
+    """Candidates/s and fitnesses of one-by-one scoring (key "one_by_one") and batched scoring (per batch size)."""
+    rates, fitness = {}, {}
+    variants = [("one_by_one", dataclasses.replace(spec, batched=False))]
+    variants += [(size, dataclasses.replace(spec, batched=True, batch_size=size)) for size in sizes]
+    for key, variant in variants:
+        scorer = CandidateScorer(variant)
+        work = partial(scorer.score_range, xs, 0, prompt_idx, 0)
+        fitness[key] = work()[0]
+        rates[key] = _median_rate(len(xs), work, repeats)
+    return rates, fitness
+
+
+def population_rates(cfg, splits, adapter, population: int, minibatch: int, sizes: list[int], repeats: int) -> dict:
+    """Candidates/s of batched and one-by-one scoring, and their ratios to plain inference of the same sequences."""
+    rng = np.random.default_rng(0)
+    prompt_idx = rng.choice(len(splits.train), size=minibatch, replace=False)
+    c = cfg.model_copy(deep=True)
+    c.sampling.backend = "transformers"
+    spec = scoring_spec(c, splits, adapter)
+    xs = (rng.standard_normal((population, CandidateScorer(spec).svd.dimension)) * cfg.essa.sigma0).astype(np.float32)
+    rates, fitness = scoring_rates(spec, xs, prompt_idx, sizes, repeats)
+    plain = plain_inference_rates(c, adapter, [spec.prompts[i] for _ in xs for i in prompt_idx], sizes, repeats)
+    one, batched = rates.pop("one_by_one"), max(rates.values())
+    best_plain = max(plain.values()) / minibatch  # sequences/s as candidates/s (minibatch sequences a candidate)
+    out = {f"batched_candidates_per_s_at_{k}": round(v, 3) for k, v in rates.items()}
+    out |= {f"plain_inference_seq_per_s_at_{k}": round(v, 1) for k, v in plain.items()}
+    out |= {
+        "one_by_one_candidates_per_s": round(one, 3),
+        "batched_candidates_per_s": round(batched, 3),
+        "plain_inference_candidates_per_s": round(best_plain, 3),
+        "batched_over_one_by_one": round(batched / one, 3),
+        "batched_over_plain_inference": round(batched / best_plain, 3),
+        "one_by_one_over_plain_inference": round(one / best_plain, 3),
+        "batched_fitness_equal_to_one_by_one": all(np.array_equal(fitness["one_by_one"], fitness[k]) for k in sizes),
+    }
+    return out
+
+
 def rollout_rates(cfg, splits, adapter, groups: int, group_size: int = 8) -> dict:
     model = load_adapter(load_base_model(cfg.model), adapter)
     tok = load_tokenizer(cfg.model)
@@ -71,11 +162,15 @@ def rollout_rates(cfg, splits, adapter, groups: int, group_size: int = 8) -> dic
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--parts", default="population,engines,rollouts")
     parser.add_argument("--population", type=int, default=16)
     parser.add_argument("--minibatch", type=int, default=128)
     parser.add_argument("--groups", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--batch-sizes", default="128,512,2048", help="population part: rows per batch to try")
     parser.add_argument("--kv-cache-gib", type=float, default=0.05)
     args = parser.parse_args()
+    parts = set(args.parts.split(","))
     torch.set_num_threads(1)
     cfg = load_config(
         "configs/tiny-essa.yaml", [f"essa.population={args.population}", f"essa.minibatch={args.minibatch}"]
@@ -84,8 +179,14 @@ def main() -> None:
     splits = prepare_splits(cfg.data)
     adapter = cached_sft_adapter(cfg.model, cfg.sft, splits, cfg.data.prompt_format())
     row = {"model": cfg.model.name_or_path, "population": args.population, "minibatch": args.minibatch}
-    row |= essa_rates(cfg, splits, adapter, args.population, args.minibatch)
-    row |= rollout_rates(cfg, splits, adapter, args.groups)
+    if "population" in parts:
+        sizes = [int(s) for s in args.batch_sizes.split(",")]
+        row |= population_rates(cfg, splits, adapter, args.population, args.minibatch, sizes, args.repeats)
+    if "engines" in parts:
+        row |= essa_rates(cfg, splits, adapter, args.population, args.minibatch)
+    if "rollouts" in parts:
+        row |= rollout_rates(cfg, splits, adapter, args.groups)
+    row["load_average_1m"] = round(os.getloadavg()[0], 2)
     print(json.dumps(row))
 
 

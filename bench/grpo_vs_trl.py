@@ -4,7 +4,9 @@ Same tiny model, same SFT LoRA start, same train split, same group size (G), sam
 completions per optimizer step, one on-policy step per generation), same lr / weight decay / grad clip / constant
 schedule, same loss (PPO clip 0.2, token-mean over the batch: TRL's loss_type="dapo", our grpo + token_mean),
 same advantage (group mean and Bessel std: TRL's scale_rewards="group"), no KL, gamma = 0 for ours (plain GRPO;
-TRL has no focal weight). TRL is a bench-only dependency (`pip install trl`, the `bench` extra).
+TRL has no focal weight), activation checkpointing as grpo.activation_checkpointing on both (TRL 1.x turns it on by
+default). Ours computes each group's prompt once (grpo.shared_prompt, the default; `--set grpo.shared_prompt=false`
+for the per-row path). TRL is a bench-only dependency (`pip install trl`, the `bench` extra).
 
     .venv/bin/python bench/grpo_vs_trl.py -c configs/tiny-fgrpo.yaml --steps 60
 
@@ -88,6 +90,7 @@ def run_trl(cfg, splits, sft, out: Path) -> dict:
         save_strategy="no",
         report_to="none",
         disable_dropout=True,
+        gradient_checkpointing=g.activation_checkpointing,  # TRL 1.x defaults to True: recompute on both or neither
         seed=g.seed,
         dataloader_num_workers=0,
     )

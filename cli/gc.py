@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from cli.common import emit, fail, flow_logging, refuse, service_env
-from cli.pipeline import credentials_to_env, fail_unless_completed, quiet_console_tracebacks
+from cli.pipeline import credentials_to_env, fail_unless_completed, orchestration_error, quiet_console_tracebacks
 
 
 def collect_garbage(
@@ -29,14 +29,13 @@ def collect_garbage(
     except ValidationError as err:
         refuse([f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors()])
     service_env()
-    from essaflow.runs.failure import describe
     from flows.gc import gc as gc_flow
 
     quiet_console_tracebacks()
     try:
         state = gc_flow(credentials_to_env(retention), dry_run=dry_run, return_state=True)
     except Exception as err:  # the orchestrator itself
-        fail(describe(err), "orchestration", None, [])
+        fail(orchestration_error(err), "orchestration", None, [])
     fail_unless_completed(state, [], name_run=False)
     out = state.result()
     verb = "would delete" if dry_run else "deleted"

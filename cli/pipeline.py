@@ -82,12 +82,34 @@ def credentials_to_env(params: Any) -> Any:
 
 def preflight(cfg: PipelineConfig) -> None:
     """What a run needs and the config alone cannot say, checked before the flow starts: the model's checkpoint
-    (a local directory with config.json, weights and tokenizer files; a hub id spelt as one)."""
+    (a local directory with config.json, weights and tokenizer files; a hub id spelt as one), and a Ray head
+    answering where training joins one (seconds, not Prefect's start-up first)."""
+    from essaflow.checks.machine import machine_problems
+    from essaflow.checks.notes import config_notes
+    from essaflow.cluster import ClusterUnreachable
+    from essaflow.cluster.preflight import probe_cluster
     from essaflow.input_check import check_model
 
-    problems = check_model(cfg.model).problems
+    for note in config_notes(cfg):  # a valid config that may not do what was meant: said, not refused
+        typer.echo(note, err=True)
+    problems = check_model(cfg.model).problems + machine_problems(cfg)  # a GPU for cuda, vllm for its backend
     if problems:
         refuse(problems)
+    try:
+        probe_cluster(cfg.cluster_request(), cfg.ray_address)
+    except ClusterUnreachable as err:
+        fail(f"ClusterUnreachable: {err}", "preflight", None, [])
+
+
+def orchestration_error(err: Exception) -> str:
+    """The orchestrator's own failure (its API unreachable, its temporary server not started) as one line naming
+    Prefect and where its API is (Prefect's client says only "API")."""
+    from prefect.settings import PREFECT_API_URL
+
+    from essaflow.runs.failure import describe
+
+    where = PREFECT_API_URL.value() or "its temporary local server"
+    return f"Prefect API at {mask_passwords(where)}: {describe(err)}"
 
 
 def fail_unless_completed(state: Any, rerun: list[str], name_run: bool = True) -> None:
@@ -126,17 +148,8 @@ def finetune_summary(
     """
     start = time.perf_counter()
     service_env()
-    from essaflow.runs.failure import describe
-    from flows.finetune import finetune
-
-    quiet_console_tracebacks()
     rerun = rerun or ["essaflow", "run"]
-    try:
-        with progress_bars(progress):
-            state = finetune(credentials_to_env(cfg), resume=resume, force=force, return_state=True)
-    except Exception as err:  # the orchestrator itself (e.g. Prefect's API did not start)
-        fail(describe(err), "orchestration", resume if resume and resume != "last" else None, rerun)
-        raise  # not reached: fail() exits
+    state = _finetune_state(cfg, progress, resume, rerun, force)
     fail_unless_completed(state, rerun)
     result = state.result()
     wall = round(time.perf_counter() - start, 2)
@@ -162,6 +175,8 @@ def finetune_summary(
                 "run_id",
                 "mlflow_run_id",
                 "decision",
+                "gate",
+                "judged_with",
                 "training",
                 "data_filtered",
                 "cached",
@@ -171,6 +186,20 @@ def finetune_summary(
             )  # fmt: skip
         }
     )
+
+
+def _finetune_state(cfg: PipelineConfig, progress: bool, resume: str | None, rerun: list[str], force: bool) -> Any:
+    """The finetune flow's final state; the orchestrator's own failure (Prefect's API unreachable, its temporary
+    server not started) ends the command in one line naming it."""
+    from flows.finetune import finetune
+
+    quiet_console_tracebacks()
+    try:
+        with progress_bars(progress):
+            return finetune(credentials_to_env(cfg), resume=resume, force=force, return_state=True)
+    except Exception as err:
+        fail(orchestration_error(err), "orchestration", resume if resume and resume != "last" else None, rerun)
+        raise  # not reached: fail() exits
 
 
 def demo(
@@ -210,33 +239,38 @@ def run(
 
 
 def eval_(
+    target: Annotated[
+        str | None, typer.Argument(help="models:/NAME@ALIAS (instead of --model and --alias)", show_default=False)
+    ] = None,
     model: Annotated[str, typer.Option("--model", help="registered model name")] = "tiny-arith",
     alias: Annotated[str, typer.Option(help="alias to evaluate")] = "champion",
     config: ConfigOpt = None,
     set_: SetOpt = None,
     verbose: bool = False,
 ) -> None:
-    """pass@k of a registered model version (models:/MODEL@ALIAS): without -c, on the dataset and protocol its tags
-    record (data, eval, sampling at registration; --set still applies), else with the config's."""
+    """pass@k of a registered model version: `essaflow eval models:/NAME@ALIAS` (or --model NAME --alias ALIAS);
+    without -c, on the dataset and protocol its tags record (data, eval, sampling at registration; --set still
+    applies), else with the config's. A model or alias the registry lacks fails before anything is evaluated."""
     flow_logging(verbose)
+    if target is not None:
+        model, alias = _model_and_alias(target)
     cfg = load(config, set_)
     service_env()
+    _require_version(cfg, model, alias)
     if config is None:
         cfg = _recorded_protocol(cfg, model, alias, set_ or [])
     from flows.evaluate import EvaluateParams, evaluate_model
 
     params = EvaluateParams(
-        model_name=model,
-        alias=alias,
-        data=cfg.data,
-        eval=cfg.eval,
-        sampling=cfg.sampling,
-        storage_uri=cfg.storage_uri,
-        tracking_uri=cfg.tracking_uri,
-    )
+        model_name=model, alias=alias, data=cfg.data, eval=cfg.eval, sampling=cfg.sampling,
+        storage_uri=cfg.storage_uri, tracking_uri=cfg.tracking_uri,
+    )  # fmt: skip
     start = time.perf_counter()
     quiet_console_tracebacks()
-    state = evaluate_model(credentials_to_env(params), return_state=True)
+    try:
+        state = evaluate_model(credentials_to_env(params), return_state=True)
+    except Exception as err:  # the orchestrator itself (e.g. Prefect's API unreachable): one line, as gc and run
+        fail(orchestration_error(err), "orchestration", None, [])
     fail_unless_completed(state, [], name_run=False)
     ref = state.result()
     emit(
@@ -248,6 +282,27 @@ def eval_(
             "wall_s": round(time.perf_counter() - start, 2),
         }
     )
+
+
+def _model_and_alias(target: str) -> tuple[str, str]:
+    """(name, alias) of the command's models:/NAME@ALIAS; a usage error (exit 2, the JSON line) otherwise."""
+    from essaflow.tracking.aliases import parse_model_uri
+
+    try:
+        return parse_model_uri(target)
+    except ValueError as err:
+        refuse([str(err)])
+
+
+def _require_version(cfg: PipelineConfig, model: str, alias: str) -> None:
+    """The registry names a version for model@alias, else one line and the JSON line (before Prefect starts)."""
+    from essaflow.tracking import TrackingError, resolve_tracking_uri
+    from essaflow.tracking.aliases import registered_version
+
+    try:
+        registered_version(resolve_tracking_uri(cfg.tracking_uri), model, alias)
+    except TrackingError as err:
+        fail(f"TrackingError: {err}", "preflight", None, [])
 
 
 def _recorded_protocol(cfg, model: str, alias: str, overrides: list[str]):

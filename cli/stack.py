@@ -14,7 +14,12 @@ stack_app = typer.Typer(
     no_args_is_help=True, help="The local stack: SeaweedFS (S3), MLflow, Prefect server + worker, Ray."
 )
 StateOpt = Annotated[
-    Path | None, typer.Option("--state-dir", help="state directory [ESSAFLOW_STACK_DIR or .essaflow/stack]")
+    Path | None,
+    typer.Option(
+        "--state-dir",
+        help="state directory [ESSAFLOW_STACK_DIR, else .essaflow/stack here or in a folder above, else the last "
+        "`stack up`'s]",
+    ),
 ]
 
 
@@ -57,6 +62,9 @@ def stack_status(state_dir: StateOpt = None) -> None:
     from devstack import stack
 
     services = stack.status(state_dir)
+    if not services:
+        typer.echo(f"no stack in {stack.state_dir(state_dir)}: essaflow stack up starts one (or give --state-dir)",
+                   err=True)  # fmt: skip
     for name, info in services.items():
         state = "healthy" if info["healthy"] else ("running" if info["running"] else "stopped")
         typer.echo(f"{name:15} {state:8} {info['url']:28} pid {info['pid']:<7} {info['rss_mb']:7.1f} MB", err=True)

@@ -36,8 +36,44 @@ _PORTS = ("s3", "mlflow", "prefect", "ray")
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 
 
-def state_dir(path: str | Path | None = None) -> Path:
-    return Path(path or os.environ.get("ESSAFLOW_STACK_DIR", ".essaflow/stack")).absolute()
+DEFAULT_DIR = Path(".essaflow") / "stack"
+
+
+def state_dir(path: str | Path | None = None, *, recorded: bool = True) -> Path:
+    """The stack's state directory: `path`, else ESSAFLOW_STACK_DIR, else the nearest `.essaflow/stack` holding a
+    stack in the current directory or one above it (so `stack status` answers from a subfolder of the project),
+    else (with `recorded`) the one the last `stack up` used, else `.essaflow/stack` here (where `up` starts one)."""
+    given = path or os.environ.get("ESSAFLOW_STACK_DIR")
+    if given:
+        return Path(given).absolute()
+    here = Path.cwd()
+    for folder in (here, *here.parents):
+        if (folder / DEFAULT_DIR / "ports.json").exists():
+            return folder / DEFAULT_DIR
+    last = _last_stack()
+    if recorded and last is not None:
+        return last
+    return (here / DEFAULT_DIR).absolute()
+
+
+def _record_file() -> Path:
+    """Where `stack up` notes the state directory it used (beside essaflow's cache: one per user)."""
+    return Path(os.environ.get("ESSAFLOW_CACHE_DIR", Path.home() / ".cache" / "essaflow")) / "last-stack-dir"
+
+
+def _last_stack() -> Path | None:
+    """The state directory of the last `stack up`, while it still holds a stack."""
+    try:
+        last = Path(_record_file().read_text().strip())
+    except OSError:
+        return None
+    return last if (last / "ports.json").exists() else None
+
+
+def _remember(sd: Path) -> None:
+    record = _record_file()
+    record.parent.mkdir(parents=True, exist_ok=True)
+    record.write_text(f"{sd}\n")
 
 
 def _private_text(path: Path, text: str) -> None:
@@ -119,9 +155,10 @@ def _healthy(name: str, svc: Service) -> bool:
 
 def up(path: str | Path | None = None, *, worker: bool = True) -> dict[str, dict[str, Any]]:
     """Start whatever is not running yet; returns {service: {url, pid, start_s, rss_mb}}."""
-    sd = state_dir(path)
+    sd = state_dir(path, recorded=False)  # here (or the project above), not another folder's last stack
     sd.mkdir(parents=True, exist_ok=True)
     p, creds, env = _ports(sd), credentials(sd), client_env(sd)
+    _remember(sd)
     s3_env = {
         "MLFLOW_S3_ENDPOINT_URL": env["ESSAFLOW_S3_ENDPOINT_URL"],
         "AWS_ACCESS_KEY_ID": creds["access_key"],

@@ -32,8 +32,11 @@ from types import UnionType
 from typing import Any, Literal, Union, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
+from essaflow.checks.service_uris import registered_name_problem, storage_uri_problem, tracking_uri_problem
+from essaflow.checks.yaml_keys import DuplicateKeyError, load_yaml
+from essaflow.cluster.address import ray_address_problem
 from essaflow.cluster.config import ESSAWorkersConfig, GRPOWorkersConfig, RayWorkersConfig
 from essaflow.cluster.request import TrainingRequest
 from essaflow.config_base import ConfigError, StrictConfig, changed_trajectory, trajectory_values
@@ -103,6 +106,26 @@ class PipelineConfig(StrictConfig):
         method = {"essa": self.essa, "fgrpo": self.grpo}.get(self.method)
         return None if method is None else method.cluster_request()
 
+    @field_validator("name")
+    @classmethod
+    def _registrable_name(cls, v: str) -> str:
+        return _refuse(registered_name_problem(v), v)
+
+    @field_validator("storage_uri")
+    @classmethod
+    def _openable_storage(cls, v: str) -> str:
+        return _refuse(storage_uri_problem(v), v)
+
+    @field_validator("tracking_uri")
+    @classmethod
+    def _trackable_uri(cls, v: str | None) -> str | None:
+        return v if v is None else _refuse(tracking_uri_problem(v), v)
+
+    @field_validator("ray_address")
+    @classmethod
+    def _ray_address_spelling(cls, v: str | None) -> str | None:
+        return v if v is None else _refuse(ray_address_problem(v), v)
+
     @model_validator(mode="after")
     def _defaults_that_follow_the_data_and_model(self) -> PipelineConfig:
         # __dict__: a plain assignment would re-run this validator (validate_assignment)
@@ -138,6 +161,13 @@ class PipelineConfig(StrictConfig):
         return self
 
 
+def _refuse(problem: str | None, value: Any) -> Any:
+    """A field validator's verdict from a rule (essaflow/checks/service_uris.py): the value, or the problem."""
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
 #: the sections a method's training trajectory depends on (its own, and what its scorer or rollouts read)
 _TRAJECTORY_SECTIONS = {
     "essa": ("data", "model", "sampling", "eval", "essa"),  # data: the chat template and system prompt
@@ -156,6 +186,8 @@ def method_trajectory(cfg: PipelineConfig, method: str | None = None) -> dict[st
 
 def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
     keys = dotted.split(".")
+    if _empty_key(dotted):
+        raise ConfigError(f"override {dotted!r}: {_empty_key(dotted)}")
     node = tree
     for key in keys[:-1]:
         nxt = node.setdefault(key, {})
@@ -163,6 +195,14 @@ def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
             raise ConfigError(f"--set {dotted}: '{key}' is not a section")
         node = nxt
     node[keys[-1]] = value
+
+
+def _empty_key(dotted: str) -> str | None:
+    """What is wrong with a dotted key that names no field (`=5`, `essa..population=5`), else None."""
+    if all(k.strip() for k in dotted.split(".")):
+        return None
+    what = "no key before '='" if not dotted.strip() else f"an empty part in the key {dotted.strip()!r}"
+    return f"{what}; write section.key=value (e.g. essa.population=48)"
 
 
 def apply_values(tree: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
@@ -181,6 +221,8 @@ def apply_overrides(tree: dict[str, Any], overrides: list[str], model: type[Base
         if "=" not in item:
             raise ConfigError(f"--set {item!r} must look like section.key=value")
         key, raw = item.split("=", 1)
+        if _empty_key(key):
+            raise ConfigError(f"--set {item!r}: {_empty_key(key)}")
         text = model is not None and _takes_text(model, key.strip().split("."))
         _set_dotted(tree, key.strip(), override_value(raw, item, len(key) + 1, text))
     return tree
@@ -247,9 +289,9 @@ def _syntax_error(where: str, err: yaml.YAMLError, column_offset: int = 0) -> Co
 def _explain(err: ValidationError) -> str:
     lines = []
     for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"]) or "<root>"
-        msg = "unknown key" if e["type"] == "extra_forbidden" else e["msg"]
-        lines.append(f"{loc}: {msg}")
+        loc = ".".join(str(p) for p in e["loc"])
+        msg = "unknown key" if e["type"] == "extra_forbidden" else e["msg"].removeprefix("Value error, ")
+        lines.append(f"{loc}: {msg}" if loc else msg)  # a cross-field rule names its fields itself
     return "invalid config: " + "; ".join(lines)
 
 
@@ -301,9 +343,14 @@ def _read_tree(path: Path, what: str, chain: tuple[Path, ...]) -> dict[str, Any]
     if not path.is_file():
         raise ConfigError(f"{what} {path} is not a file")
     try:
-        tree = yaml.safe_load(path.read_text())
+        tree = load_yaml(path.read_text())
     except UnicodeDecodeError as err:
         raise ConfigError(f"{what} {path} is not UTF-8 text: {err.reason} at byte {err.start}") from None
+    except DuplicateKeyError as err:
+        at = f"line {err.problem_mark.line + 1}, column {err.problem_mark.column + 1}"
+        raise ConfigError(
+            f"{path}: {at}: {err.problem} (first on line {err.first_line}); YAML would keep only the last: remove one"
+        ) from None
     except yaml.YAMLError as err:
         raise _syntax_error(str(path), err) from None
     if tree is None:  # no document at all: running on every default is rarely what a config file meant

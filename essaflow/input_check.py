@@ -1,10 +1,11 @@
 """Do a config's inputs exist? The model and the data it names, checked offline before anything runs.
 
 `essaflow check-config` calls this after the config itself validated: a model path that is no checkpoint (no
-config.json, no weights, no tokenizer files), a data file that is missing or malformed, a column the file lacks, too
-few problems for the eval split all fail here, with the field named, instead of minutes into a run. `essaflow run`
-checks the model the same way before it starts the flow. Nothing is downloaded: a hub id or an s3:// URI is
-checked for its spelling only, and the report says so.
+config.json, no weights, a weight file whose header or shard index is broken, no tokenizer files), a data file that
+is missing or malformed, a column the file lacks, splits that would hold nothing out or leave nothing to train on
+all fail here, with the field named, instead of minutes into a run; copies of a prompt with different answers get a
+warning (or, dropped, their count). `essaflow run` checks the model the same way before it starts the flow.
+Nothing is downloaded: a hub id or an s3:// URI is checked for its spelling only, and the report says so.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from pathlib import Path
 
 from essaflow.config import DataConfig, ModelConfig
 from essaflow.config_base import ConfigError
-from essaflow.data import DataError, read_problems
+from essaflow.data import DataError, Problem, read_problems, split_problems
 from essaflow.data.config import HeldOutSourceConfig
+from essaflow.data.filters import KEPT_CONFLICTS, conflicting_groups, describe_conflicts, drop_conflicting_duplicates
 from essaflow.storage.hub import is_hub_id
 
 
@@ -32,18 +34,19 @@ class InputReport:
 def check_inputs(model: ModelConfig, data: DataConfig, held_out: HeldOutSourceConfig | None = None) -> InputReport:
     """The model and data a config names (and the held-out source, eval.data): each problem names its field."""
     report = InputReport()
-    _check_model(model.name_or_path, report)
+    _check_model(model, report)
     _check_chat_template(model, data, report)
-    _check_data(data, report)
-    if held_out is not None:
-        _check_data(data.held_out(held_out), report, "eval.data.path")
+    training = _check_data(data, report)
+    held = _check_data(data.held_out(held_out), report, "eval.data.path") if held_out is not None else None
+    if training is not None and (held_out is None or held is not None):
+        _check_splits(data, training, held, report)
     return report
 
 
 def check_model(model: ModelConfig) -> InputReport:
     """The model a config names, alone (what `essaflow run` checks before the flow starts)."""
     report = InputReport()
-    _check_model(model.name_or_path, report)
+    _check_model(model, report)
     return report
 
 
@@ -91,10 +94,10 @@ def _check_s3(uri: str, field_name: str, report: InputReport) -> None:
         report.notes.append(f"{field_name}: {uri} (spelling checked; storage not contacted)")
 
 
-def _check_model(name: str, report: InputReport) -> None:
+def _check_model(model: ModelConfig, report: InputReport) -> None:
     from essaflow.model.identity import BUILTIN_TINY, checkpoint_problem
 
-    where = "model.name_or_path"
+    name, where = model.name_or_path, "model.name_or_path"
     if name == BUILTIN_TINY:
         report.notes.append(f"{where}: the built-in tiny model")
         return
@@ -108,38 +111,98 @@ def _check_model(name: str, report: InputReport) -> None:
             report.problems.append(f"{where}: {local} {problem}")
         else:
             report.notes.append(f"{where}: local checkpoint {local}")
+            _note_remote_code(model, local, report)
     elif local.exists():
         report.problems.append(f"{where}: {local} is a file; name the checkpoint's directory")
     elif _looks_like_a_path(name) or not is_hub_id(name):
         what = "does not exist" if _looks_like_a_path(name) else "is neither a local directory nor a hub id"
-        report.problems.append(f"{where}: {name!r} {what}")
+        report.problems.append(f"{where}: {name!r} {what}{_relative_to_cwd(name)}")
+    elif Path(name).parts and Path(Path(name).parts[0]).is_dir():  # `models/x` beside a local models/ folder
+        report.problems.append(
+            f"{where}: {name!r} does not exist{_relative_to_cwd(name)}, though {Path(name).parts[0]}/ does: it "
+            "reads as a path, not a hub id; name the checkpoint's directory (or a hub id owner/name)"
+        )
     else:
         report.notes.append(f"{where}: hub id {name} (spelling checked; not resolved offline)")
 
 
-def _check_data(data: DataConfig, report: InputReport, where: str = "data.path") -> None:
+def _relative_to_cwd(name: str) -> str:
+    """Where a relative path was looked for (a config read from another folder than the one it was written in)."""
+    return "" if Path(name).expanduser().is_absolute() else f" (relative to the current directory {Path.cwd()})"
+
+
+def _note_remote_code(model: ModelConfig, checkpoint: Path, report: InputReport) -> None:
+    """A checkpoint whose config.json maps classes to its own Python files (auto_map) runs them when
+    model.trust_remote_code lets it: say so, naming the files, before any process loads it."""
+    try:
+        auto_map = json.loads((checkpoint / "config.json").read_text()).get("auto_map")
+    except (OSError, ValueError, AttributeError):
+        return
+    if not auto_map or not model.trust_remote_code:
+        return
+    files = sorted(p.name for p in checkpoint.glob("*.py")) or ["(none here: fetched from the hub)"]
+    report.notes.append(
+        f"note: model.trust_remote_code: {checkpoint}/config.json has auto_map ({', '.join(sorted(auto_map))}): "
+        f"loading it runs the checkpoint's own Python code ({', '.join(files)}) in every process that loads the "
+        "model; keep trust_remote_code only for a source you trust"
+    )
+
+
+def _check_data(data: DataConfig, report: InputReport, where: str = "data.path") -> list[Problem] | None:
+    """Read a local (or synthetic) source in full, as the run's first task would: its problems after the data
+    filters that need no tokenizer (None: not read here, or unreadable, which is a problem)."""
     if data.source == "synthetic":
         report.notes.append("data: the built-in synthetic task")
-        return
+        return read_problems(data).problems  # generated in a fraction of a second: its splits are checked too
     assert data.path  # the config requires it for every other source
     if data.source == "s3":
         _check_s3(data.path, where, report)
-        return
+        return None
     local = Path(data.path).expanduser()
     if data.source == "hf" and not local.exists():
         if is_hub_id(data.path):
             report.notes.append(f"{where}: hub dataset {data.path} (spelling checked; not downloaded)")
         else:
             report.problems.append(f"{where}: {data.path!r} is neither a local path nor a hub dataset id")
-        return
-    # A local source is read and validated in full: what the run's first task would do.
+        return None
     try:
         loaded = read_problems(data)
     except DataError as e:
         report.problems.append(f"{where}: {e}")
-        return
-    n = len(loaded.problems)
+        return None
     dropped = f", {len(loaded.dropped)} malformed row(s) dropped" if loaded.dropped else ""
-    report.notes.append(f"{where}: {data.path}: {n} problems{dropped}")
-    if where == "data.path" and data.eval_size >= n:
-        report.problems.append(f"data.eval_size={data.eval_size} leaves no training data out of {n} problems")
+    report.notes.append(f"{where}: {data.path}: {len(loaded.problems)} problems{dropped}")
+    return _conflicts(data, loaded.problems, report, where) if where == "data.path" else loaded.problems
+
+
+def _conflicts(data: DataConfig, problems: list[Problem], report: InputReport, where: str) -> list[Problem] | None:
+    """Copies of a prompt with different answers: a warning when kept, the count left when dropped (what the run's
+    data filter does; essaflow.data.filters)."""
+    groups = conflicting_groups(problems)
+    if not groups:
+        return problems
+    if data.conflicting_duplicates == "keep":
+        report.notes.append(f"warning: {where}: {data.path}: {describe_conflicts(groups)}: {KEPT_CONFLICTS}")
+        return problems
+    kept, n = drop_conflicting_duplicates(problems)
+    report.notes.append(f"{where}: {data.path}: {n} problem(s) dropped by data.conflicting_duplicates=drop, "
+                        f"{len(kept)} left")  # fmt: skip
+    if not kept:
+        report.problems.append(f"{where}: {data.path}: no problems left after data.conflicting_duplicates=drop")
+        return None
+    return kept
+
+
+def _check_splits(data: DataConfig, problems: list[Problem], held: list[Problem] | None, report: InputReport) -> None:
+    """The splits the run would make (essaflow.data.splits): no training data or nothing held out is a problem now,
+    not after the run has started. data.max_prompt_tokens needs the tokenizer: applied at run time only."""
+    try:
+        splits = split_problems(problems, data.eval_size, data.sft_fraction, data.eval_fraction, held)
+    except DataError as e:
+        report.problems.append(f"data: {e}")
+        return
+    unused = f", {splits.held_out_unused} held out past data.eval_size" if splits.held_out_unused else ""
+    later = " (before data.max_prompt_tokens, applied at run time)" if data.max_prompt_tokens else ""
+    report.notes.append(
+        f"data: splits sft {len(splits.sft)}, train {len(splits.train)}, eval {len(splits.eval)}{unused}{later}"
+    )

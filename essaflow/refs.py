@@ -20,6 +20,9 @@ class Ref(BaseModel):
     """Name of the stage (task run) that produced it."""
     timings: dict[str, float] = {}
     """Seconds spent in this stage: total, and its compute / storage / tracking parts."""
+    reused: bool = False
+    """Found in storage by its content key, nothing computed (the SFT adapter of an earlier run): the run reports
+    the stage under `cached`, as it does the orchestrator's cache hits."""
 
 
 class RunRef(Ref):
@@ -145,6 +148,8 @@ class EvalRef(Ref):
     samples_per_problem: int
     truncated_share: float = 0.0
     """Share of the sampled completions that hit sampling.max_new_tokens (warned above 10%)."""
+    judged_with: dict[str, str] = {}
+    """The reward, its source digest, the threshold and (for code) the sandbox (EvalConfig.judged_with)."""
 
 
 class ChampionRef(Ref):
@@ -183,6 +188,9 @@ class PipelineResult(BaseModel):
     model_version: str
     aliases: list[str]
     decision: str
+    judged_with: dict[str, str] = {}
+    """How before and after were judged: the reward, its source digest, the threshold and, for a reward that runs
+    model-written code, the sandbox ('none (unsandboxed ...)' when eval.sandbox is none)."""
     gate: dict[str, Any] = {}
     """The promotion gate's evidence (RegisteredRef.gate): scores, paired difference, interval, verdict, reason."""
     tracking_uri: str
@@ -201,7 +209,7 @@ class PipelineResult(BaseModel):
     stages: dict[str, float]
     """Wall seconds per stage as the orchestrator recorded them (0 for cache hits)."""
     cached: list[str]
-    """Stages answered from the task cache."""
+    """Stages answered from the task cache, or whose result was found in storage by its content key (`reused`)."""
     flow_s: float
     """Flow wall time up to the final stage."""
     parts: dict[str, float]

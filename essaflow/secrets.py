@@ -7,6 +7,8 @@ endpoint an S3 error names (storage.s3), what check-config prints and a resume c
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -17,10 +19,11 @@ MASK = "***"
 
 _SECRET_PARTS = ("PASSWORD", "PASSWD", "SECRET", "CREDENTIAL", "PASSPHRASE")  # anywhere: PGPASSWORD too
 _KEY_QUALIFIERS = {"API", "ACCESS", "PRIVATE", "SIGNING", "ENCRYPTION"}
-# scheme://user:password@ (user may be empty: redis://:pw@host) inside free text
-_URL_USERINFO = re.compile(r"(\w+://)[^/@\s:]*:[^/@\s]+@")
+# scheme://user:password@ (user may be empty: redis://:pw@host) inside free text. A scheme starts a word
+# (`(?<!\w)`): tried from every character of a long word, `\w+` would rescan the rest of it each time (quadratic)
+_URL_USERINFO = re.compile(r"(?<!\w)(\w+://)[^/@\s:]*:[^/@\s]+@")
 # the password part alone: the user stays readable (whose credential a command line or a config dump names)
-_URL_PASSWORD = re.compile(r"(\w+://[^/@\s:]*:)[^/@\s]+@")
+_URL_PASSWORD = re.compile(r"(?<!\w)(\w+://[^/@\s:]*:)[^/@\s]+@")
 _MIN_MASKED_LEN = 4  # shorter values would mask ordinary words and digits all over the text
 
 #: JSON-schema keywords of a URI setting in a deployment's form: Prefect's server checks a flow run's parameters
@@ -124,3 +127,53 @@ def scrub(text: str, known_values: Iterable[str] | None = None) -> str:
         if value:
             text = text.replace(value, MASK)
     return text
+
+
+def scrub_exception(exc: BaseException) -> BaseException:
+    """``exc`` with every string argument along its chain (cause, context, a transfer wrapper's last_exception)
+    scrubbed in place, and returned: botocore and MLflow echo the endpoint URL, user-info included, in their messages,
+    and a traceback prints each message of the chain wherever it is logged (Prefect's database included)."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        err = todo.pop()
+        if err is None or id(err) in seen:
+            continue
+        seen.add(id(err))
+        with contextlib.suppress(AttributeError, TypeError):  # an exception type with read-only args keeps them
+            err.args = tuple(scrub(a) if isinstance(a, str) else a for a in err.args)
+        todo += [err.__cause__, err.__context__, getattr(err, "last_exception", None)]
+    return exc
+
+
+class MaskSecrets(logging.Filter):
+    """Handler filter: the record's message and traceback with URI user-info and known secret values masked (the
+    traceback formatted here, masked, and kept as the text every formatter then prints)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # noqa: BLE001 - a malformed record is logging's own error to report
+            return True
+        masked = scrub(message)
+        if masked != message:
+            record.msg, record.args = masked, None
+        if record.exc_info and record.exc_info[1] is not None and not record.exc_text:
+            record.exc_text = scrub(logging.Formatter().formatException(record.exc_info))
+        elif record.exc_text:
+            record.exc_text = scrub(record.exc_text)
+        return True
+
+
+def mask_log_handlers() -> int:
+    """Add :class:`MaskSecrets` to every handler the root and the named loggers hold (once each); how many got it.
+
+    Filters on handlers, not loggers: a logger's filter skips the records its children propagate to it."""
+    loggers = [logging.getLogger(), *(v for v in logging.Logger.manager.loggerDict.values()
+                                      if isinstance(v, logging.Logger))]  # fmt: skip
+    added = 0
+    for handler in {h for lg in loggers for h in lg.handlers}:
+        if not any(isinstance(f, MaskSecrets) for f in handler.filters):
+            handler.addFilter(MaskSecrets())
+            added += 1
+    return added

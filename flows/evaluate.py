@@ -8,7 +8,7 @@ from essaflow.config import PipelineConfig
 from essaflow.refs import EvalRef
 from flows.parameters import EvaluateParams, without_uri_passwords
 from tasks.data import prepare_dataset
-from tasks.evaluation import evaluate_registered
+from tasks.evaluation import check_registered, evaluate_registered
 from tasks.run import end_evaluation, mark_failed, open_run
 
 EVALUATION_STAGES = ("open_run", "prepare_dataset", "evaluate-<model>-<alias>")
@@ -32,6 +32,7 @@ def evaluate_model(params: EvaluateParams = EvaluateParams()) -> EvalRef:
         storage_uri=params.storage_uri,
         tracking_uri=params.tracking_uri,
     )
+    check_registered(params.model_name, params.alias, params.tracking_uri)  # a missing model: before anything else
     run = open_run(config, None, len(EVALUATION_STAGES))
     dataset = prepare_dataset(params.data, run.storage_uri, params.eval.data)
     # config.eval: eval.reward=auto resolved from the data (the pipeline config does it)

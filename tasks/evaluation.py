@@ -8,6 +8,8 @@ from prefect.artifacts import create_table_artifact
 from essaflow.config import DataConfig, EvalConfig, ModelConfig, SamplingConfig
 from essaflow.refs import AdapterRef, DatasetRef, EvalRef, RunRef
 from essaflow.runs.scoring import eval_table, evaluate_alias, evaluate_on_eval_split
+from essaflow.tracking import resolve_tracking_uri
+from essaflow.tracking.aliases import registered_version
 from tasks.retry import retry_policy
 from tasks.run import record_stage
 
@@ -39,3 +41,10 @@ def evaluate_registered(
     ref = evaluate_alias(model_name, alias, dataset, eval_cfg, sampling, run)
     create_table_artifact(eval_table(ref), key="passk-registered", description=f"pass@k of {model_name}@{alias}")
     return ref
+
+
+@task(name="check_registered", task_run_name="check-{model_name}-{alias}", **retry_policy(retries=0))
+def check_registered(model_name: str, alias: str, tracking_uri: str | None) -> str:
+    """The version `models:/<name>@<alias>` names, before a run opens or a dataset is prepared: a model or alias
+    the registry lacks fails at once (TrackingError, no retry), naming what it holds."""
+    return registered_version(resolve_tracking_uri(tracking_uri), model_name, alias)

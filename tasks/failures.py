@@ -10,9 +10,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from prefect.logging.configuration import ensure_logging_setup
+
 from essaflow.runs.failure import describe
 from essaflow.runs.journal import Journal, StageFailure
-from essaflow.secrets import scrub
+from essaflow.secrets import mask_log_handlers, scrub
 
 
 def record(
@@ -64,3 +66,7 @@ class OneTraceback(logging.Filter):
 
 
 logging.getLogger("prefect.flow_runs").addFilter(OneTraceback())
+# Every record Prefect's handlers send to the API (the run's log in Prefect's database) or print has URI user-info
+# and secret values masked, tracebacks included
+ensure_logging_setup()
+mask_log_handlers()

@@ -6,7 +6,7 @@ from prefect import get_run_logger, task
 from prefect.artifacts import create_table_artifact
 
 from essaflow import tracking
-from essaflow.artifacts import storage_uri_for
+from essaflow.artifacts import check_storage, storage_uri_for
 from essaflow.retention import GCPlan, RetentionConfig, plan_gc, registered_references, sweep, tracked_runs
 from essaflow.storage import open_store
 from tasks.retry import retry_policy
@@ -19,7 +19,7 @@ def plan(retention: RetentionConfig) -> GCPlan:
     tracking_uri = tracking.resolve_tracking_uri(retention.tracking_uri)
     tracking.check_tracking(tracking_uri)
     versions = registered_references(tracking_uri)
-    store = open_store(storage_uri_for(retention.storage_uri))
+    store = open_store(check_storage(storage_uri_for(retention.storage_uri)))  # nothing listening: fails at once
     result = plan_gc(store, versions, retention.keep_runs, tracked_runs(tracking_uri))
     rows = [{"action": "delete", **e.model_dump()} for e in result.delete]
     rows += [{"action": "keep", **e.model_dump()} for e in result.keep]

@@ -18,7 +18,7 @@ from essaflow.storage import StorageError
 from essaflow.tracking import TrackingError
 from tasks import failures
 
-PERMANENT_STORAGE = {"missing_bucket", "missing_object", "credentials", "invalid", "conflict"}
+PERMANENT_STORAGE = {"missing_bucket", "missing_object", "credentials", "invalid", "conflict", "refused"}
 #: the input itself is wrong (a bad config, a malformed dataset, a missing file): a resume fails alike
 BAD_INPUT = (ConfigError, DataError, FileNotFoundError)
 #: raised the same way by every attempt: a retry cannot help

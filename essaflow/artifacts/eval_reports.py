@@ -37,6 +37,7 @@ def publish_eval(store: ArtifactStore, run: RunRef, label: str, report: EvalRepo
         num_problems=report.num_problems,
         samples_per_problem=report.samples_per_problem,
         truncated_share=report.truncated_share,
+        judged_with=report.judged_with,
     )
 
 
@@ -61,6 +62,7 @@ def read_eval_report(ref: EvalRef) -> EvalReport:
         reward_mean=body.get("reward_mean", 0.0),
         reward_components=body.get("reward_components", {}),
         reward_errors=body.get("reward_errors", 0),
+        judged_with=body.get("judged_with", {}),
         greedy_correct=[r["greedy_correct"] for r in rows] if all("greedy_correct" in r for r in rows) else [],
         samples=[
             {k: v for k, v in r.items() if k not in ("n", "correct", "greedy_correct")}

@@ -24,6 +24,7 @@ machine's routable address): run it on a private network or behind a firewall, w
 This package never imports prefect, and imports ray only inside functions.
 """
 
+from essaflow.cluster.address import ClusterUnreachable, check_reachable
 from essaflow.cluster.connection import ClusterConnection, connect, reload_ray_auth, shutdown, use_token_auth
 from essaflow.cluster.placement import (
     ClusterCapacityError,
@@ -45,9 +46,11 @@ __all__ = [
     "DEFAULT_ENV_KEYS",
     "ClusterCapacityError",
     "ClusterConnection",
+    "ClusterUnreachable",
     "NodeInfo",
     "bundle_for",
     "check_capacity",
+    "check_reachable",
     "connect",
     "describe_cluster",
     "gpus_per_worker",

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from essaflow.cluster.address import check_reachable
 from essaflow.cluster.worker_env import DEFAULT_ENV_KEYS, is_secret, runtime_env_for, select_env
 
 logger = logging.getLogger(__name__)
@@ -84,18 +85,21 @@ def connect(
         namespace: Ray namespace (named actors live in one).
         log_to_driver: forward workers' stdout/stderr to this process (off keeps model-loading noise in Ray's logs).
 
+    An address where nothing answers raises ClusterUnreachable within seconds (essaflow/cluster/address.py).
     When this process is already connected, nothing is re-initialised: the workers keep the settings of the first
     connection (a warning says so).
     """
     import ray
 
-    address = address or os.environ.get("RAY_ADDRESS") or None
+    address, source = (address, "ray_address") if address else (os.environ.get("RAY_ADDRESS") or None, "RAY_ADDRESS")
     if address == "local":
         address = None
     if ray.is_initialized():
         current = ray.get_runtime_context().gcs_address
         logger.warning("Ray is already connected (%s); its workers keep the settings they were started with", current)
         return ClusterConnection(current, local=False, auth_mode=os.environ.get("RAY_AUTH_MODE", "disabled"))
+    if address:
+        check_reachable(address, source)  # ray.init would wait for an absent GCS without end
     _refresh_auth(auth_token_path)
     values = select_env(None, env_keys)
     values.update(env or {})

@@ -21,6 +21,15 @@ def joins_existing_cluster(ray_address: str | None) -> bool:
     return address != "local"
 
 
+def probe_cluster(request: TrainingRequest | None, ray_address: str | None) -> None:
+    """ClusterUnreachable within seconds when training will join a cluster where nothing answers: what a job
+    checks before its first evaluation (joining, and the capacity check, come with training)."""
+    if request is None or not joins_existing_cluster(ray_address):
+        return
+    address, source = (ray_address, "ray_address") if ray_address else (os.environ["RAY_ADDRESS"], "RAY_ADDRESS")
+    cluster.check_reachable(address, source)
+
+
 def check_training_fits(request: TrainingRequest | None, ray_address: str | None) -> TrainingRequest | None:
     """Connect to the run's cluster and raise ClusterCapacityError if the requested workers can never be placed.
 

@@ -105,7 +105,8 @@ def _header(cfg: CompareConfig, sft: dict[str, float], links: dict[str, str]) ->
     return [
         f"# Compare `{cfg.name}`: {', '.join(m.name for m in cfg.methods)}",
         "",
-        f"Task: {t.data.source} data, model `{t.model.name_or_path}`, reward `{t.eval.reward}`, held-out pass@k with "
+        f"Task: {t.data.source} data, model `{t.model.name_or_path}`, {_judged(t.eval.judged_with())}, held-out "
+        "pass@k with "
         f"n = {n} samples per problem at temperature {t.sampling.temperature} (unbiased estimator). One SFT start "
         f"for every method: {start}.",
         f"Budget: {cfg.budget_s:g} s of training wall time per run (held-out checks left out), seeds "
@@ -183,3 +184,10 @@ def as_json(
         "claims": [asdict(c) for c in claims],
         "projection": {k: v for k, v in projection.items() if k != "tables"},
     }
+
+
+def _judged(judged: dict[str, str]) -> str:
+    """The reward as the report names it: function, source digest, threshold, and the sandbox of code."""
+    digest, threshold = judged["reward_digest"][:12], judged["correct_threshold"]
+    out = f"reward `{judged['reward']}` (source `{digest}`, correct at >= {threshold}"
+    return out + (f", code run in sandbox: {judged['sandbox']})" if "sandbox" in judged else ")")

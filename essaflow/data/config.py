@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import difflib
 import re
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from essaflow.config_base import StrictConfig, trajectory
+from essaflow.data.readers import SUFFIXES
 from essaflow.generation.prompt_format import PromptFormat
 
 #: Our fields data.columns may map to a source column (solution: a worked solution, where the schema has one).
@@ -31,6 +33,22 @@ def check_column_mapping(columns: dict[str, str]) -> dict[str, str]:
         raise ValueError(f"field name(s) {bad} are not identifiers: map our names {list(MAPPABLE)}, or name a "
                          "problem field (letters, digits, _) after the column it is read from")  # fmt: skip
     return columns
+
+
+def source_path_problem(source: str, path: str | None, where: str = "data") -> str | None:
+    """A path that cannot be what `source` reads: an s3:// URI read as a local file, a local data file read as a hub
+    dataset (both would fail at the first read with no word of the source); None when they agree."""
+    if source == "synthetic" or not path:
+        return None
+    s3 = path.startswith("s3://")
+    if s3 and source != "s3":
+        return f"{where}.path {path!r} is an s3:// URI but {where}.source is {source!r}: set {where}.source=s3"
+    if source == "s3" and not s3:
+        return f"{where}.source=s3 reads s3:// URIs, not {path!r}: set {where}.source=file for a local path"
+    if source == "hf" and (Path(path).suffix.lower() in SUFFIXES or bool(set("*?[") & set(path))):
+        return (f"{where}.path {path!r} names data files, but {where}.source is 'hf' (a hub dataset id or a "
+                f"save_to_disk directory): set {where}.source=file")  # fmt: skip
+    return None
 
 
 class SyntheticTaskConfig(StrictConfig):
@@ -80,6 +98,13 @@ class HeldOutSourceConfig(StrictConfig):
     @classmethod
     def _known_fields(cls, v: dict[str, str]) -> dict[str, str]:
         return check_column_mapping(v)
+
+    @model_validator(mode="after")
+    def _path_matches_source(self) -> HeldOutSourceConfig:
+        problem = source_path_problem(self.source, self.path, "eval.data")
+        if problem:
+            raise ValueError(problem)
+        return self
 
 
 class DataConfig(StrictConfig):
@@ -162,6 +187,9 @@ class DataConfig(StrictConfig):
     def _path_for_non_synthetic(self) -> DataConfig:
         if self.source != "synthetic" and not self.path:
             raise ValueError(f"data.path is required for data.source={self.source!r}")
+        problem = source_path_problem(self.source, self.path)
+        if problem:
+            raise ValueError(problem)
         return self
 
     def held_out(self, source: HeldOutSourceConfig) -> DataConfig:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from essaflow.data.config import DataConfig
+from essaflow.data.errors import DataError
 from essaflow.data.schema import Problem
 from essaflow.generation.prompt_format import prompt_ids
 
@@ -31,14 +32,34 @@ def _same_problem(prompt: str) -> str:
     return " ".join(prompt.split())
 
 
+def conflicting_groups(problems: list[Problem]) -> list[list[Problem]]:
+    """The copies of each prompt that appears with two or more different answers, a group per prompt, in order."""
+    copies: dict[str, list[Problem]] = defaultdict(list)
+    for p in problems:
+        copies[_same_problem(p.prompt)].append(p)
+    return [group for group in copies.values() if len({p.answer.strip() for p in group}) > 1]
+
+
+def describe_conflicts(groups: list[list[Problem]], shown: int = 3) -> str:
+    """`2 prompts come with different answers (5 rows; ids a, b, c and 2 more)`: the rows to look at."""
+    ids = [p.id for group in groups for p in group]
+    named = ", ".join(ids[:shown]) + (f" and {len(ids) - shown} more" if len(ids) > shown else "")
+    return f"{len(groups)} prompt(s) come with different answers ({len(ids)} rows; ids {named})"
+
+
 def drop_conflicting_duplicates(problems: list[Problem]) -> tuple[list[Problem], int]:
     """Every copy of a prompt that appears with two or more different answers is dropped (which one is right is
     unknowable); duplicates that agree are kept as they are (they share a split: the split hashes content)."""
-    answers: dict[str, set[str]] = defaultdict(set)
-    for p in problems:
-        answers[_same_problem(p.prompt)].add(p.answer.strip())
-    kept = [p for p in problems if len(answers[_same_problem(p.prompt)]) == 1]
+    conflicting = {id(p) for group in conflicting_groups(problems) for p in group}
+    kept = [p for p in problems if id(p) not in conflicting]
     return kept, len(problems) - len(kept)
+
+
+#: what a run and check-config say of conflicting copies kept by default
+KEPT_CONFLICTS = (
+    "kept, each copy judged by its own answer (data.conflicting_duplicates=keep): set "
+    "data.conflicting_duplicates=drop to drop them"
+)
 
 
 def drop_long_prompts(problems: list[Problem], tokenizer: Any, cfg: DataConfig) -> tuple[list[Problem], int]:
@@ -52,6 +73,8 @@ def drop_long_prompts(problems: list[Problem], tokenizer: Any, cfg: DataConfig) 
 def filter_problems(problems: list[Problem], cfg: DataConfig, tokenizer: Any = None) -> Filtered:
     """Apply the filters cfg asks for; a token cap without a tokenizer is a ValueError naming the field."""
     result = Filtered(problems)
+    if cfg.conflicting_duplicates == "keep" and (groups := conflicting_groups(problems)):
+        log.warning("%s: %s", describe_conflicts(groups), KEPT_CONFLICTS)
     if cfg.conflicting_duplicates == "drop":
         result.problems, result.dropped["conflicting_duplicates"] = drop_conflicting_duplicates(result.problems)
     if cfg.max_prompt_tokens is not None:
@@ -62,5 +85,5 @@ def filter_problems(problems: list[Problem], cfg: DataConfig, tokenizer: Any = N
         if n:
             log.warning("dropped %d problem(s) by data.%s", n, name)
     if not result.problems:
-        raise ValueError(f"no problems left after the data filters ({result.dropped})")
+        raise DataError(f"no problems left after the data filters ({result.dropped})")  # no retry can help
     return result

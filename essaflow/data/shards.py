@@ -11,6 +11,7 @@ In a directory or under a prefix every file is a shard, in any of the supported 
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import glob
 import json
@@ -87,10 +88,28 @@ def local_snapshot(path: str) -> Snapshot:
     elif Path(expanded).is_file():
         found = [expanded]
     else:
-        raise DataFileError(f"{path}: data.path does not exist")
+        raise DataFileError(f"{path}: {missing_path(path, expanded)}")
     for p in found if len(found) > 1 or found[0] != expanded else []:  # one named file: read_file says why
         _check_suffix(p, path)
     return files_snapshot(path, {p: file_digest(p) for p in found})
+
+
+def missing_path(path: str, expanded: str) -> str:
+    """Why a local data.path names nothing to read: a symlink loop, a link to nothing, a path that is no local one,
+    or none there (a relative path is read from the current directory: name it)."""
+    link = Path(expanded)
+    if link.is_symlink():
+        try:
+            os.stat(expanded)
+        except OSError as err:
+            if err.errno == errno.ELOOP:
+                return "data.path is a symlink loop (its links never reach a file): point it at the data file"
+        return f"data.path is a symlink to {os.readlink(expanded)!r}, which does not exist"
+    if path.startswith("s3://"):
+        return "data.path is an s3:// URI: set data.source=s3"
+    if not link.is_absolute():
+        return f"data.path does not exist (relative to the current directory {Path.cwd()}: the file is yours to supply)"
+    return "data.path does not exist"
 
 
 def s3_snapshot(uri: str) -> Snapshot:

@@ -42,7 +42,9 @@ def _read_hf(cfg: DataConfig) -> Table:
         else:
             ds = datasets.load_dataset(cfg.path, cfg.hf_config, split=cfg.hf_split, revision=cfg.hf_revision)
     except (KeyError, ValueError, FileNotFoundError) as e:  # unknown split or config, no data files
-        raise DataFileError(f"{cfg.path}: cannot load split {cfg.hf_split!r}: {type(e).__name__}: {e}") from None
+        # a local file or folder of data files is data.source=file's (the hub loader says only "no data file")
+        hint = "; a local file or folder of data files: set data.source=file" if local.exists() else ""
+        raise DataFileError(f"{cfg.path}: cannot load split {cfg.hf_split!r}: {type(e).__name__}: {e}{hint}") from None
     return rows_table(cfg.path, ds.column_names, ds)
 
 

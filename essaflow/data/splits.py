@@ -79,8 +79,8 @@ def split_problems(
     eval_problems: list[Problem] | None = None,
 ) -> Splits:
     """Split by threshold on each problem's key; ``eval_problems`` (eval.data) replaces the held-out region."""
-    if eval_problems is None and eval_size >= len(problems):
-        raise DataError(f"eval_size={eval_size} leaves no training data out of {len(problems)} problems")
+    # eval_size is a cap on the held-out region, not a share of the source: 400 problems with eval_size=400 hold
+    # out ~eval_fraction of them and evaluate all of those
     if eval_problems is None:
         region = [p for p in problems if key_points(p)[0] < eval_fraction]
         training = [p for p in problems if key_points(p)[0] >= eval_fraction]

@@ -65,7 +65,14 @@ class ESSAConfig(StrictConfig):
     """Search parameterisation: additive s0 + theta (the paper) or relative s0 * (1 + theta), which puts every
     factor's values on one scale, so one sigma fits all (docs/algorithms.md sec. 6.16)."""
     merged_scoring: bool = trajectory(True)
-    """Scorers merge B'A' into the base weights and skip the LoRA path (same function, ~25% faster on CPU)."""
+    """Scorers merge B'A' into the base weights and skip the LoRA path (same function, ~25% faster on CPU); used
+    when batched_scoring is off."""
+    batched_scoring: bool = trajectory(True)
+    """Transformers engine: a worker scores its share of the population together, in batches of
+    sampling.batch_size rows (candidates x prompts), each row with its candidate's singular values on the shared
+    base weights and singular vectors; same fitness up to float rounding (a sampled fitness draws per-row keyed
+    noise instead of torch's RNG; essaflow/essa/population_scoring.py). Off: one candidate and one batch at a
+    time (merged_scoring). The vLLM engine batches its own way and ignores it."""
     eval_every: int = Field(10, ge=0)
     """Held-out greedy accuracy every this many generations (0 = never)."""
     target_accuracy: float | None = Field(None, gt=0, le=1)

@@ -79,23 +79,31 @@ class MinibatchFitness:
     def answer_probability(self, prompt_idx: np.ndarray, usage: Usage | None = None) -> float:
         """Mean over the minibatch of P_T(reference answer + EOS | prompt), teacher forced, one forward pass
         (`answer_logprob`: the mean log P at temperature 1)."""
-        ids, mask, labels = self._teacher_forced_rows([self.answer_tokens()[i] for i in prompt_idx])
+        ids, mask, labels = self.teacher_forced(prompt_idx)
         model = self.generator.model
         device = next(model.parameters()).device
         if usage is not None:
             usage.forward_tokens += int(mask.sum())
         logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits[:, :-1].float()
-        labels = labels[:, 1:].to(device)
+        return float(self.row_scores(logits, labels[:, 1:].to(device)).mean())
+
+    def teacher_forced(self, prompt_idx: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(input ids, attention mask, labels) of the minibatch's prompt + reference rows, right padded."""
+        return self._teacher_forced_rows([self.answer_tokens()[i] for i in prompt_idx])
+
+    def row_scores(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Each row's gray-box score from next-token logits [B, T, V] (float) and the labels they predict [B, T]
+        (-100 off the answer); the fitness is their mean."""
         scored = labels != -100
         target = labels.clamp(min=0).unsqueeze(-1)
-        if self.spec.fitness == "answer_logprob":  # mean log P(reference) at temperature 1: the SFT objective
+        if self.spec.fitness == "answer_logprob":  # log P(reference) at temperature 1: the SFT objective
             logp = torch.log_softmax(logits, dim=-1).gather(-1, target).squeeze(-1)
-            return float((logp * scored).sum(dim=1).mean())
+            return (logp * scored).sum(dim=1)
         if self.spec.temperature == 0:  # greedy: the reference is decoded iff it is the argmax at every step
             hit = (logits.argmax(dim=-1) == labels) | ~scored
-            return float(hit.all(dim=1).double().mean())
+            return hit.all(dim=1).double()
         logp = torch.log_softmax(logits / self.spec.temperature, dim=-1).gather(-1, target).squeeze(-1)
-        return float(torch.exp((logp * scored).sum(dim=1)).mean())
+        return torch.exp((logp * scored).sum(dim=1))
 
     def _teacher_forced_rows(self, rows: list[tuple[list[int], list[int]]]):
         """(input ids, attention mask, labels) of prompt + answer rows, right padded; labels only on the answer."""

@@ -85,7 +85,7 @@ class LocalPopulation:
         start = time.perf_counter()
         stats = GenerationStats(per_worker=[0], device_s_per_worker=[0.0])
         fitness = np.empty(len(candidates))
-        if self.scorer.batched:  # vLLM: the whole population in one engine batch
+        if self.scorer.batched:  # the whole population at once (vLLM, or transformers with batched_scoring)
             return self._evaluate_batched(candidates.astype(np.float32), prompt_idx, seed, stats, start)
         for i, x in enumerate(candidates.astype(np.float32)):
             args = (i, x, prompt_idx, seed)

@@ -1,8 +1,9 @@
 """One ESSA candidate scorer: base + SFT adapter + frozen SVD bases, loaded once; fitness per candidate by inference.
 
 What a scorer computes is in three places (docs/algorithms.md sec. 2.7, 6): the fitness kinds (`fitness.py`), the
-engine that turns offsets into that fitness (`engine_scoring.py`: transformers, merged or on the LoRA path, or one
-vLLM batch), and, in seed mode, the strategy replica that draws the candidates on the worker (`replica.py`). This
+engine that turns offsets into that fitness (`population_scoring.py`: transformers, a run of candidates in shared
+row batches; `engine_scoring.py`: transformers one candidate at a time, merged or on the LoRA path, or one vLLM
+batch), and, in seed mode, the strategy replica that draws the candidates on the worker (`replica.py`). This
 module loads what they share and answers the driver's three calls: `score` (one candidate), `score_range` (a run of
 them) and `score_share` (a seed-mode share).
 """
@@ -18,6 +19,7 @@ import numpy as np
 from essaflow import cluster
 from essaflow.essa.engine_scoring import TransformersScoring, VLLMScoring, vllm_scoring
 from essaflow.essa.fitness import MinibatchFitness
+from essaflow.essa.population_scoring import PopulationScoring
 from essaflow.essa.replica import ReplicaScorer, ReplicaState, Reply
 from essaflow.essa.scoring_spec import ScoringSpec
 from essaflow.generation.prompt_format import PromptFormat
@@ -63,16 +65,19 @@ class CandidateScorer:
         self.svd = SVDLoRA(model, spec.alpha, nonnegative=spec.nonnegative, offsets=spec.offsets)
         self.generator = TransformersGenerator(model, tok, spec.batch_size, PromptFormat(**spec.prompt_format))
         self.fitness = MinibatchFitness(spec, self.generator, spec.judge.build())
-        self.scoring: TransformersScoring | VLLMScoring
+        self.scoring: TransformersScoring | VLLMScoring | PopulationScoring
         if spec.backend == "vllm" and spec.fitness == "accuracy":
             self.scoring = vllm_scoring(spec, model_cfg, self.svd, self.fitness)
+        elif spec.batched:  # candidates share batches, each row with its own singular values
+            self.scoring = PopulationScoring(spec, self.svd, self.fitness)
         else:
             self.scoring = TransformersScoring(self.svd, self.fitness, merged)
         self.replica = ReplicaScorer(spec.search, self.svd.dimension, len(spec.prompts))
 
     @property
     def batched(self) -> bool:
-        """Whether a run of candidates is scored in one engine batch (vLLM) rather than one by one."""
+        """Whether a run of candidates is scored together (vLLM's one engine batch, or shared row batches on
+        transformers with essa.batched_scoring) rather than one by one."""
         return self.scoring.batched
 
     def ready(self) -> tuple[int, str]:
@@ -88,7 +93,8 @@ class CandidateScorer:
         return index, value, usage.encode()
 
     def score_range(self, xs: np.ndarray, start: int, prompt_idx: np.ndarray, seed: int) -> tuple[list[float], Usage]:
-        """Fitness of a run of candidates: one engine batch on vLLM, candidate by candidate on transformers."""
+        """Fitness of a run of candidates: together when `batched` (one cost record), else candidate by
+        candidate."""
         usage = Usage()
         if self.batched:
             with device_time(usage, self.on_gpu):

@@ -46,6 +46,9 @@ class ScoringSpec:
     """The search parameterisation (SVDLoRA offsets: additive or relative)."""
     merged: bool = True
     """Score with B'A' merged into the base weights and the LoRA path off (same function, fewer ops)."""
+    batched: bool = True
+    """Transformers engine: score a run of candidates together, in batches of `batch_size` rows each running with
+    its candidate's singular values (`population_scoring.py`); False: one candidate at a time (`merged` applies)."""
     prompt_format: dict[str, Any] = field(default_factory=dict)
     """data.prompt_format() as a dict: the chat template and system prompt every prompt is rendered with."""
     ids: list[str] = field(default_factory=list)
@@ -110,6 +113,7 @@ def scoring_spec(cfg: PipelineConfig, splits: Splits, sft_adapter: Path, ship_ad
         fitness_samples=e.fitness_samples,
         offsets=e.offsets,
         merged=e.merged_scoring,
+        batched=e.batched_scoring,
         prompt_format=cfg.data.prompt_format().to_dict(),  # rendered by the scorer as SFT and evaluation render
         search=e.model_dump(mode="json"),  # the workers' strategy replicas (essa.sync=seed)
         backend=resolve_backend(cfg.sampling.backend),

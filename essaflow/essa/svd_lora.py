@@ -65,9 +65,12 @@ class _Factor:
         self.weight = weight
         self.w0 = weight.detach().clone()
         u, s, vh = torch.linalg.svd(self.w0.double(), full_matrices=False)  # thin SVD, s descending
-        self.s = s[:k].cpu().numpy().copy()  # float64 anchor values s0 (docs/algorithms.md sec. 2.1), on the host
-        self.u = u[:, :k].to(weight.dtype).contiguous()
-        self.vh = vh[:k, :].to(weight.dtype).contiguous()
+        self.spectrum = s.cpu().numpy().copy()  # every singular value (the population path rebuilds from all)
+        self.s = self.spectrum[:k].copy()  # float64 anchor values s0 (docs/algorithms.md sec. 2.1), on the host
+        self.u_all = u.to(weight.dtype).contiguous()
+        self.vh_all = vh.to(weight.dtype).contiguous()
+        self.u = self.u_all[:, :k].contiguous()
+        self.vh = self.vh_all[:k, :].contiguous()
 
     @torch.no_grad()
     def write(self, delta: torch.Tensor) -> None:
@@ -144,16 +147,39 @@ class SVDLoRA:
         """Write A' = U_A diag(s_A + δ_A) V_Aᵀ and B' likewise into every LoRA layer, in place
         (docs/algorithms.md sec. 2.1)."""
         offsets = np.asarray(offsets, dtype=np.float64).reshape(-1)
+        for factor, delta in zip(self._factors, self.deltas(offsets)):
+            factor.write(torch.from_numpy(np.ascontiguousarray(delta)))
+        self._current = offsets.copy()
+
+    def deltas(self, offsets: np.ndarray) -> list[np.ndarray]:
+        """Each factor's additive change δ to its top-k singular values (float64), in factor order: the search
+        vector read as `offsets` says (relative: δ = s0 · θ) and clamped when `nonnegative`."""
+        offsets = np.asarray(offsets, dtype=np.float64).reshape(-1)
         if offsets.shape[0] != self._dimension:
             raise ValueError(f"offsets have {offsets.shape[0]} entries, the search space has {self._dimension}")
+        out = []
         for factor, part in zip(self._factors, self.layout):
             delta = offsets[part.start : part.stop]
             if self.offsets == "relative":  # θ is a fraction of the SFT value: δ = s0 · θ
                 delta = factor.s * delta
             if self.nonnegative:
                 delta = np.maximum(factor.s + delta, 0.0) - factor.s
-            factor.write(torch.from_numpy(np.ascontiguousarray(delta)))
-        self._current = offsets.copy()
+            out.append(delta)
+        return out
+
+    def spectra(self, offsets: np.ndarray) -> list[np.ndarray]:
+        """Each factor's whole spectrum at `offsets` (float64): s + δ on the top k, the SFT tail unchanged, so
+        U diag(spectrum) Vᵀ is the factor `apply` would write."""
+        out = []
+        for factor, delta in zip(self._factors, self.deltas(offsets)):
+            values = factor.spectrum.copy()
+            values[: len(delta)] += delta
+            out.append(values)
+        return out
+
+    def factor_pairs(self) -> list[tuple[LoraLayer, _Factor, _Factor]]:
+        """(LoRA layer, its A factor, its B factor) per adapted module, in search-vector order."""
+        return [(m, self._factors[2 * i], self._factors[2 * i + 1]) for i, (m, _) in enumerate(self._modules)]
 
     def export_adapter(
         self, offsets: np.ndarray, out_dir: str | Path, tokenizer: PreTrainedTokenizerBase | None = None

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from essaflow.grpo.rollout import RolloutBatch, token_logprobs
+from essaflow.grpo.logprobs import token_logprobs
+from essaflow.grpo.rollout import RolloutBatch
 from essaflow.grpo.worker_group import CommCounter, WorkerInfo, all_reduce
 
 
@@ -34,17 +35,27 @@ def global_counts(batch: RolloutBatch, rows: torch.Tensor, info: WorkerInfo, com
     return num_tokens, num_seqs
 
 
+def row_logprobs(
+    module: torch.nn.Module,
+    batch: RolloutBatch,
+    rows: torch.Tensor,
+    temperature: float,
+    shared_prompt: bool,
+    with_entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs (and entropies) of the completions of `rows`, each group's prompt computed once when
+    `shared_prompt` (a micro-batch may hold part of a group: its rows share that prompt all the same)."""
+    groups = rows // batch.group_size
+    if not shared_prompt or len(torch.unique(groups)) == len(rows):  # one row a group: nothing to share
+        groups = None
+    ids, mask = batch.input_ids[rows], batch.attention_mask[rows]
+    return token_logprobs(module, ids, mask, batch.prompt_width, temperature, with_entropy, groups)
+
+
 @torch.no_grad()
-def frozen_logprobs(module: torch.nn.Module, batch: RolloutBatch, temperature: float, chunk: int = 0) -> torch.Tensor:
+def frozen_logprobs(
+    module: torch.nn.Module, batch: RolloutBatch, temperature: float, chunk: int = 0, shared_prompt: bool = False
+) -> torch.Tensor:
     """Log-probs of every row's completion without gradient (pi_old, pi_ref), `chunk` rows a pass (0: one pass)."""
-    if chunk <= 0:
-        return token_logprobs(module, batch.input_ids, batch.attention_mask, batch.prompt_width, temperature)[0].cpu()
-    rows = micro_batches(torch.arange(len(batch.input_ids)), chunk)
-    return torch.cat(
-        [
-            token_logprobs(module, batch.input_ids[r], batch.attention_mask[r], batch.prompt_width, temperature)[
-                0
-            ].cpu()
-            for r in rows
-        ]
-    )
+    pieces = micro_batches(torch.arange(len(batch.input_ids)), chunk)
+    return torch.cat([row_logprobs(module, batch, r, temperature, shared_prompt)[0].cpu() for r in pieces])

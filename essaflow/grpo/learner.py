@@ -98,6 +98,13 @@ class Learner:
         return sum(p.numel() * p.element_size() for p in self.params)
 
     @property
+    def shared_prompt(self) -> bool:
+        """Whether the policy's log-prob forwards compute each group's prompt once (grpo.shared_prompt): not under
+        activation checkpointing, whose recomputed layers would append to the prompt's cache a second time."""
+        g = self.cfg.grpo
+        return g.shared_prompt and not g.activation_checkpointing
+
+    @property
     def max_new_tokens(self) -> int:
         return self.cfg.grpo.max_new_tokens or self.cfg.sampling.max_new_tokens
 

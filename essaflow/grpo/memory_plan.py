@@ -15,7 +15,9 @@ What a rank holds (docs/scaling.md, "Memory plan"):
   arXiv 2205.05198 sec. 4.1, for a SwiGLU layer without an s^2 attention term). The logits of the completion
   positions take model.dtype plus two float32 copies (the upcast and the saved log-softmax) per vocabulary entry.
   With activation checkpointing a layer keeps only its input (h per token) and one layer's activations exist at a
-  time, while it is recomputed in backward.
+  time, while it is recomputed in backward. With grpo.shared_prompt a micro-batch's prompt tokens count once per
+  group (unless it holds one row a group), plus the prompt's keys and values copied out to each row (2 kv_heads
+  head_dim per prompt token, row and layer), which attention keeps for backward.
 
 Rollout generation is another peak (its KV cache), reported beside the plan but not part of the verdict:
 `kv_cache_bytes`.
@@ -58,6 +60,10 @@ class Target:
     lora_modules: tuple[str, ...] = ()
     activation_checkpointing: bool = False
     """grpo.activation_checkpointing: layers recompute their activations in backward."""
+    group_size: int = 1
+    """grpo.group_size: rows sharing one prompt."""
+    shared_prompt: bool = False
+    """grpo.shared_prompt: each group's prompt computed once (not under activation checkpointing)."""
 
 
 @dataclass
@@ -102,12 +108,18 @@ def lora_parameters(arch: Architecture, rank: int, modules: tuple[str, ...]) -> 
 def activation_bytes(arch: Architecture, t: Target) -> tuple[int, int]:
     """(decoder-layer activations, logits) one micro-batch keeps for its backward."""
     width = _BYTES[t.dtype]
-    tokens = t.micro_batch * (t.prompt_tokens + t.completion_tokens)
+    tokens, copies = t.micro_batch * (t.prompt_tokens + t.completion_tokens), 0
+    m, g = t.micro_batch, t.group_size
+    groups = min(m, m // g if m % g == 0 else m // g + 2)  # a micro-batch may start and end mid-group
+    if t.shared_prompt and not t.activation_checkpointing and groups < m:  # else nothing is shared: per row
+        tokens = groups * t.prompt_tokens + m * t.completion_tokens
+        # the prompt's keys and values copied out to every row, kept by attention for backward
+        copies = m * t.prompt_tokens * arch.layers * 2 * arch.kv_heads * arch.head_dim * width
     per_layer = 10 * arch.hidden + 4 * arch.intermediate
     if t.activation_checkpointing:  # every layer's input, and one layer's activations while it is recomputed
         layers = tokens * (arch.layers * arch.hidden + per_layer) * width
     else:
-        layers = tokens * arch.layers * per_layer * width
+        layers = tokens * arch.layers * per_layer * width + copies
     logits = t.micro_batch * (t.completion_tokens + 1) * arch.vocab * (width + 2 * 4)
     return layers, logits
 
@@ -196,6 +208,8 @@ def target_of(cfg: PipelineConfig) -> Target | None:
         lora_rank=cfg.model.lora_rank,
         lora_modules=tuple(cfg.model.target_modules),
         activation_checkpointing=g.activation_checkpointing,
+        group_size=g.group_size,
+        shared_prompt=g.shared_prompt,
     )
 
 

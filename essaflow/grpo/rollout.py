@@ -26,6 +26,7 @@ import torch
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, PreTrainedModel
 
 from essaflow.data.schema import Problem
+from essaflow.generation.group_decode import decode_groups
 from essaflow.generation.prompt_format import PromptFormat
 from essaflow.generation.sampling import Rollout, encode_prompts, is_stop, model_stop_ids, to_rollout
 from essaflow.grpo.config import GRPOConfig
@@ -71,7 +72,12 @@ class GumbelSampler(LogitsProcessor):
         self.top_p = top_p
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor) -> torch.Tensor:
-        t = input_ids.shape[1] - self.prompt_width
+        return self.scores_at(input_ids.shape[1] - self.prompt_width, scores)
+
+    def scores_at(self, t: int, scores: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """The noisy tempered scores of completion position t (their argmax is the sample); `rows`: which of the
+        sampler's rows `scores` holds (None: all of them)."""
+        keys = self.row_keys if rows is None else self.row_keys[rows.cpu()]
         scores = scores / self.temperature
         if self.top_p < 1.0:
             sorted_scores, order = scores.sort(dim=-1, descending=True)
@@ -80,7 +86,7 @@ class GumbelSampler(LogitsProcessor):
             drop = drop_sorted.scatter(-1, order, drop_sorted)
             scores = scores.masked_fill(drop, float("-inf"))
         vocab = torch.arange(scores.shape[-1], dtype=torch.int64)
-        h = hash_keys(self.row_keys.cpu(), t, vocab[None, :])
+        h = hash_keys(keys.cpu(), t, vocab[None, :])
         u = (h.double() + 0.5) / 2.0**32
         gumbel = -torch.log(-torch.log(u))
         return scores + gumbel.to(device=scores.device, dtype=scores.dtype)
@@ -172,12 +178,50 @@ def sample(
         input_ids=ids, attention_mask=mask, generation_config=gen_cfg, logits_processor=LogitsProcessorList([sampler]),
         synced_gpus=False,  # each rank decodes alone, also on FSDP ranks (whole weights while decoding)
     )  # fmt: skip
-    completion = out[:, ids.shape[1] :].cpu()
-    if completion.shape[1] < max_new_tokens:  # every row stopped early: pad to a fixed width
-        completion = torch.nn.functional.pad(
-            completion, (0, max_new_tokens - completion.shape[1]), value=tokenizer.pad_token_id
-        )
+    completion = _pad_width(out[:, ids.shape[1] :].cpu(), max_new_tokens, tokenizer.pad_token_id)
     return to_rollout(tokenizer, enc, completion, stop)
+
+
+@torch.no_grad()
+def sample_groups(
+    model: PreTrainedModel,
+    tokenizer,
+    prompts: list[str],
+    group_size: int,
+    row_keys: torch.Tensor,
+    temperature: float,
+    top_p: float,
+    max_new_tokens: int,
+    fmt: PromptFormat | None = None,
+) -> Rollout:
+    """`group_size` completions per raw prompt (prompt i owns rows i*G..i*G+G-1), each prompt prefilled once and
+    its G completions decoded from the shared cache (generation/group_decode.py, grpo.shared_prompt).
+
+    The same stream as `sample` on the prompts repeated G times: row r's token at position t is the argmax of the
+    same tempered, top-p filtered logits plus the same Gumbel noise of (row_keys[r], t), so the tokens are `sample`'s
+    up to float rounding. One difference on checkpoints whose generation_config sets logits processors of its own
+    (a repetition penalty, say): transformers merges them into `sample`'s `generate` call; here the draw is exactly
+    softmax(logits / T) under top-p, the distribution the loss's log-probs are of.
+    """
+    device = next(model.parameters()).device
+    enc = encode_prompts(tokenizer, prompts, fmt or PromptFormat())
+    stop = model_stop_ids(model, tokenizer)
+    rows = torch.arange(len(prompts)).repeat_interleave(group_size)
+    noisy = GumbelSampler(row_keys, 0, temperature, top_p).scores_at
+    ids, mask = enc["input_ids"].to(device), enc["attention_mask"].to(device)
+    completion = decode_groups(
+        model, ids, mask, rows.to(device), lambda t, logits, live: noisy(t, logits, live).argmax(dim=-1),
+        max_new_tokens, stop, tokenizer.pad_token_id,
+    )  # fmt: skip
+    completion = _pad_width(completion.cpu(), max_new_tokens, tokenizer.pad_token_id)
+    return to_rollout(tokenizer, {k: v[rows] for k, v in enc.items()}, completion, stop)
+
+
+def _pad_width(completion: torch.Tensor, width: int, pad: int) -> torch.Tensor:
+    """Completions right-padded to a fixed width (every row may have stopped early)."""
+    if completion.shape[1] >= width:
+        return completion
+    return torch.nn.functional.pad(completion, (0, width - completion.shape[1]), value=pad)
 
 
 def overlong_penalty(lengths: torch.Tensor, max_len: int, buffer: int) -> torch.Tensor:
@@ -196,10 +240,14 @@ def _draw_groups(
     """Sample G per problem (on `engine`, a grpo.engine.PolicyEngine, when given); returns the draw and [groups, G]
     correctness and shaped rewards."""
     g = s.group_size
-    prompts = [p.prompt for p in problems for _ in range(g)]
     row_keys = hash_keys(keys[:, None], torch.arange(g)[None, :]).reshape(-1)
-    draw_fn = sample if engine is None else engine.draw
-    draw = draw_fn(model, tokenizer, prompts, row_keys, s.temperature, s.top_p, max_new_tokens, fmt)
+    if engine is None and s.shared_prompt:  # each prompt prefilled once (vLLM's prefix cache does it there)
+        prompts = [p.prompt for p in problems]
+        draw = sample_groups(model, tokenizer, prompts, g, row_keys, s.temperature, s.top_p, max_new_tokens, fmt)
+    else:
+        prompts = [p.prompt for p in problems for _ in range(g)]
+        draw_fn = sample if engine is None else engine.draw
+        draw = draw_fn(model, tokenizer, prompts, row_keys, s.temperature, s.top_p, max_new_tokens, fmt)
     scores = as_judge(reward).score(draw.texts, [p for p in problems for _ in range(g)])
     # F-GRPO's success rate counts correct completions (reward >= eval.correct_threshold); the advantages use the
     # reward itself, so a graded reward's partial credit reaches the gradient (docs/rewards.md)
@@ -350,38 +398,3 @@ class _DrawSet:
                 self.rows[i] = offset + torch.arange(k * g, (k + 1) * g)
             offset += len(todo) * g
         return retried
-
-
-def token_logprobs(
-    model: torch.nn.Module,
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor,
-    prompt_width: int,
-    temperature: float,
-    with_entropy: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """log pi(y_t | x, y_<t) / T-scaled, for the completion tokens: [B, C] (and per-token entropy, detached).
-
-    Position ids follow the attention mask, as in generation, so these are the log-probs the samples were drawn
-    from. Only the last C + 1 positions' logits are materialised (`logits_to_keep`).
-    """
-    width = input_ids.shape[1] - prompt_width
-    device = next(model.parameters()).device
-    input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
-    position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
-    out = model(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        position_ids=position_ids,
-        logits_to_keep=width + 1,
-        use_cache=False,
-    )
-    logits = out.logits[:, :-1].float() / temperature
-    logp_all = torch.log_softmax(logits, dim=-1)
-    targets = input_ids[:, prompt_width:]
-    logp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    entropy = None
-    if with_entropy:
-        with torch.no_grad():
-            entropy = -(logp_all.exp() * logp_all).sum(dim=-1)
-    return logp, entropy

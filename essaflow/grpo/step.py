@@ -21,12 +21,12 @@ import torch
 
 from essaflow.data.schema import Problem
 from essaflow.grpo.advantages import group_advantages
-from essaflow.grpo.batch_split import frozen_logprobs, global_counts, micro_batches, mini_batch_rows
+from essaflow.grpo.batch_split import frozen_logprobs, global_counts, micro_batches, mini_batch_rows, row_logprobs
 from essaflow.grpo.engine import logprob_gap
 from essaflow.grpo.learner import Learner
 from essaflow.grpo.losses import policy_loss, resolve_clip
 from essaflow.grpo.metrics import StepMeter, StepMetrics, StepSums
-from essaflow.grpo.rollout import RolloutBatch, collect, token_logprobs
+from essaflow.grpo.rollout import RolloutBatch, collect
 
 
 def train_step(learner: Learner, train: list[Problem], slots: list[int], step: int) -> StepMetrics:
@@ -45,9 +45,13 @@ def train_step(learner: Learner, train: list[Problem], slots: list[int], step: i
     # advantages: the estimator by name, then the focal weight (1 - mu_hat)^gamma, once for every loss
     adv = group_advantages(batch.rewards, batch.correct, g.advantage, g.std_mode, g.adv_eps, g.gamma)
     advantages = adv.advantages.reshape(-1)
-    ref_logp = None if learner.ref_model is None else frozen_logprobs(learner.ref_model, batch, g.temperature)
+    ref_logp = None
+    if learner.ref_model is not None:
+        ref_logp = frozen_logprobs(learner.ref_model, batch, g.temperature, shared_prompt=g.shared_prompt)
     sums = meter.rollout_done(batch, adv)
-    old_logp = None if g.mini_batches == 1 else frozen_logprobs(learner.model, batch, g.temperature, g.micro_batch_size)
+    old_logp = None  # fully on-policy (one mini-batch): pi_old is the update's own forward, detached
+    if g.mini_batches > 1:
+        old_logp = frozen_logprobs(learner.model, batch, g.temperature, g.micro_batch_size, learner.shared_prompt)
     grad_norm = 0.0
     for m_idx, rows in enumerate(mini_batch_rows(batch, g.prompts_per_step, g.mini_batches)):
         grad_norm = update_mini_batch(learner, batch, rows, m_idx, advantages, old_logp, ref_logp, sums)
@@ -84,8 +88,7 @@ def update_mini_batch(
         sync = info.world_size == 1 or k == len(pieces) - 1  # all-reduce once, after the last micro-batch
         with dp.accumulate(sync):
             # loss: the surrogate (+ KL) of the micro-batch, normalised by the mini-batch's global counts
-            ids, attention = batch.input_ids[r], batch.attention_mask[r]
-            logp, entropy = token_logprobs(dp.module, ids, attention, batch.prompt_width, g.temperature, True)
+            logp, entropy = row_logprobs(dp.module, batch, r, g.temperature, learner.shared_prompt, True)
             mask, device = batch.loss_mask[r].to(logp.device), logp.device
             out = policy_loss(
                 g.loss, logp, logp.detach() if old_logp is None else old_logp[r].to(device),

@@ -60,8 +60,26 @@ class EvalConfig(StrictConfig):
     """Completions kept per problem in the report's samples.jsonl.gz (with their correctness and truncation), so
     you can read what the model wrote; 0 keeps only the counts."""
 
+    @property
+    def runs_code(self) -> bool:
+        """Whether the reward runs model-written code (in eval.sandbox)."""
+        return self.reward == "code_tests"
+
+    def judged_with(self) -> dict[str, str]:
+        """How a result of this protocol was judged, as every result states it (run and version tags, the JSON
+        line, each evaluation report): the reward (a registered name, or a file's function), its source digest,
+        the correctness threshold and, for a reward that runs model-written code, the sandbox it ran in."""
+        kind, _, function = split_ref(self.reward)
+        out = {"reward": self.reward if kind == "builtin" else function, "reward_digest": self.reward_digest or ""}
+        out["correct_threshold"] = f"{self.correct_threshold:g}"
+        if self.runs_code:
+            out["sandbox"] = "none (unsandboxed: trusted code only)" if self.sandbox.kind == "none" else "bubblewrap"
+        return out
+
     @model_validator(mode="after")
     def _k_within_n(self) -> EvalConfig:
+        if not self.ks:  # nothing to report, and no pass@k for promotion_metric or the guards
+            raise ValueError("ks is empty: list the k of pass@k to report, e.g. [1] or [1, 4, 16]")
         bad = [k for k in self.ks if k > self.samples_per_problem or k < 1]
         if bad:
             raise ValueError(f"ks {bad} must be between 1 and samples_per_problem={self.samples_per_problem}")

@@ -68,6 +68,8 @@ class EvalReport:
     """Mean of each named component over the sampled completions (a reward returning components)."""
     reward_errors: int = 0
     """Reward calls that raised or timed out and scored 0 (eval.reward_errors: zero)."""
+    judged_with: dict[str, str] = field(default_factory=dict)
+    """How it was judged (EvalConfig.judged_with): the reward, its digest, the threshold, the sandbox of code."""
 
     def summary(self) -> dict[str, float]:
         """The headline numbers: greedy and pass@k."""
@@ -171,6 +173,7 @@ def evaluate(
         reward_mean=round(flat.mean(), 6),
         reward_components={k: round(v, 6) for k, v in flat.component_means().items()},
         reward_errors=g.errors + flat.errors,
+        judged_with=eval_cfg.judged_with(),
     )
 
 

@@ -33,12 +33,14 @@ class GateError(ValueError):
 
 
 def protocol_digest(eval_cfg: EvalConfig, sampling: Any) -> str:
-    """Digest of what decides a problem's outcomes: n, the sampling seed, the reward and the sampling settings that
-    change completions (temperature, top_p, max_new_tokens); not ks (read off the counts) nor saved samples."""
+    """Digest of what decides a problem's outcomes: n, the sampling seed, the reward (its name or function, the
+    digest of its source, the correctness threshold, the sandbox of a reward that runs code: a reward file moved
+    elsewhere is the same protocol, one edited is not) and the sampling settings that change completions
+    (temperature, top_p, max_new_tokens); not ks (read off the counts) nor saved samples."""
     body = {
         "samples_per_problem": eval_cfg.samples_per_problem,
         "seed": eval_cfg.seed,
-        "reward": eval_cfg.reward,
+        **eval_cfg.judged_with(),
         "temperature": sampling.temperature,
         "top_p": sampling.top_p,
         "max_new_tokens": sampling.max_new_tokens,

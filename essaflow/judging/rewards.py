@@ -84,7 +84,7 @@ def final_number_reward(completion: str, reference: str) -> float:
         return 0.0
 
 
-@register_reward("code_tests", batch=True)
+@register_reward("code_tests", batch=True, fields=("tests",))
 def code_tests(completions: list[str], problems: list[Problem], sandbox: SandboxConfig | None = None) -> list[float]:
     """Code: each completion's program (its first fenced block, else the whole text) runs followed by its problem's
     `tests` field (Python that raises when the solution is wrong) in the sandbox (eval.sandbox: bubblewrap by
@@ -95,3 +95,16 @@ def code_tests(completions: list[str], problems: list[Problem], sandbox: Sandbox
     if missing:
         raise ValueError(f"code_tests needs each problem's `tests` field (Python text); missing for {missing[:5]}")
     return code_tests_scores(completions, [p.fields["tests"] for p in problems], shared_pool(sandbox))
+
+
+@register_reward("countdown", fields=("numbers", "target"))
+def countdown(completion: str, problem: Problem) -> float:
+    """Countdown: 1.0 when the completion's first line is an arithmetic expression over the problem's `numbers`
+    (each at most once) equal to its `target`, else 0.0; any right expression counts (essaflow.judging.countdown)."""
+    from essaflow.judging.countdown import verify
+
+    numbers, target = problem.fields.get("numbers"), problem.fields.get("target")
+    if not isinstance(numbers, list) or not isinstance(target, int):
+        raise ValueError(f"countdown needs the problem's `numbers` (a list) and `target` (an int) fields; "
+                         f"{problem.id!r} has {sorted(problem.fields)}")  # fmt: skip
+    return float(verify(completion, numbers, target))

@@ -49,6 +49,14 @@ def model_identity(cfg: NamedModel) -> str:
     return f"{name}@{hub_commit(name, cfg.revision, field='model.name_or_path')}"
 
 
+def require_resolvable(cfg: NamedModel) -> None:
+    """ConfigError naming model.name_or_path unless a hub id's revision resolves (the hub, else the local HF cache):
+    what a run and a job check before they prepare data. The built-in model, s3:// and local paths pass here."""
+    name = cfg.name_or_path
+    if name != BUILTIN_TINY and not name.startswith("s3://") and not Path(name).expanduser().exists():
+        hub_commit(name, cfg.revision, field="model.name_or_path")
+
+
 def s3_version(uri: str) -> str:
     """Digest of the (key, ETag, size) listing under an s3:// prefix; an empty prefix is an error."""
     import json
@@ -70,7 +78,7 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt
 
 def checkpoint_problem(checkpoint: Path) -> str | None:
     """What keeps a local checkpoint directory from loading, as the words after its path (None: it has config.json,
-    weights and tokenizer files)."""
+    weights whose safetensors headers and shard index read, and tokenizer files)."""
     if not (checkpoint / "config.json").is_file():
         return "is a directory without config.json (not a checkpoint)"
     missing = [
@@ -78,4 +86,9 @@ def checkpoint_problem(checkpoint: Path) -> str | None:
         for what, patterns in (("weights", WEIGHT_FILES), ("tokenizer files", TOKENIZER_FILES))
         if not any(any(checkpoint.glob(p)) for p in patterns)
     ]
-    return f"has config.json but no {' and no '.join(missing)}" if missing else None
+    if missing:
+        return f"has config.json but no {' and no '.join(missing)}"
+    from essaflow.model.weights_check import weights_problem
+
+    broken = weights_problem(checkpoint)
+    return f"has a broken weight file: {broken}" if broken else None

@@ -8,8 +8,10 @@ from pathlib import Path
 
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
+from safetensors import SafetensorError
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from essaflow.config_base import ConfigError
 from essaflow.data.config import DataConfig
 from essaflow.model.config import ModelConfig, check_supported
 from essaflow.model.devices import resolve_device
@@ -71,9 +73,14 @@ def load_base_model(cfg: ModelConfig) -> PreTrainedModel:
     torch.set_num_threads(cfg.torch_threads)
     device = resolve_device(cfg.device)
     path = resolve_model_path(cfg.name_or_path)
-    model = AutoModelForCausalLM.from_pretrained(
-        path, revision=cfg.revision, trust_remote_code=cfg.trust_remote_code, dtype=_DTYPES[cfg.dtype]
-    )
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            path, revision=cfg.revision, trust_remote_code=cfg.trust_remote_code, dtype=_DTYPES[cfg.dtype]
+        )
+    except SafetensorError as err:  # corrupt bytes past a sound header: bad input, which no retry or resume fixes
+        raise ConfigError(
+            f"model.name_or_path: {path}: a weight file does not load ({err}); download it again"
+        ) from None
     model.eval()
     return model.to(device)
 

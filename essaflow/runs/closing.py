@@ -37,6 +37,7 @@ def pipeline_result(done: FinishedRun, record: FlowRecord, now: float) -> Pipeli
     the stages that ran, cache hits left out)."""
     run, dataset, adapter, model = done.run, done.dataset, done.adapter, done.model
     cached = record.cached()
+    reused = {ref.stage for ref in done.refs() if ref.reused}  # found in storage by content key: cached too
     parts = {k: 0.0 for k in PARTS}
     for ref in done.refs():
         if ref.stage not in cached:
@@ -45,10 +46,11 @@ def pipeline_result(done: FinishedRun, record: FlowRecord, now: float) -> Pipeli
     return PipelineResult(
         run_id=run.run_id, before=done.before.summary, after=done.after.summary, model_name=model.name,
         model_version=model.version, aliases=model.aliases, decision=model.decision, gate=model.gate,
+        judged_with=done.after.judged_with,
         tracking_uri=safe_uri(run.tracking_uri), storage_uri=run.storage_uri, mlflow_run_id=run.mlflow_run_id,
         dataset_uri=dataset.uri, adapter_uri=adapter.uri, data_filtered=dataset.filtered,
         data=data_summary(dataset), training={"kind": adapter.kind, **adapter.training.model_dump()},
-        stages=record.walls(), cached=sorted(cached), flow_s=round(now - run.started_at, 2),
+        stages=record.walls(), cached=sorted(cached | reused), flow_s=round(now - run.started_at, 2),
         parts={k: round(v, 2) for k, v in parts.items()},
     )  # fmt: skip
 

@@ -1,9 +1,11 @@
-"""Runs whose process died: RUNNING in MLflow, but their lease's heartbeat stopped (essaflow/runs/lease.py).
+"""Runs whose process died: RUNNING in MLflow, but their lease's holder is gone (essaflow/runs/lease.py).
 
 A process killed outright (SIGKILL, an out-of-memory kill, a lost machine) runs no failure hook, so its MLflow run
-stays RUNNING. `mark_crashed` finds the pipeline's RUNNING runs whose lease has expired unreleased and marks them
-FAILED, with the reason in the `essaflow.failure` tag, so `--resume last` (the newest FAILED run) finds them. Every
-run's open and every `--resume last` call it; a run that never took a lease is left as it is. Never imports prefect.
+stays RUNNING. `mark_crashed` finds the pipeline's RUNNING runs whose lease holder is gone, by the rule taking a lease
+uses (`lease.holder_gone`: the lease expired unreleased, or its holder on this machine has exited, found at once),
+and marks them FAILED, with the reason in the `essaflow.failure` tag, so `--resume last` (the newest FAILED run)
+finds them. Every run's open and every `--resume last` call it; a run that never took a lease is left as it is.
+Never imports prefect.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 
-from essaflow.runs.lease import current_lease, iso_time
+from essaflow.runs.lease import current_lease, holder_gone, iso_time
 from essaflow.storage import ArtifactStore
 
 log = logging.getLogger(__name__)
@@ -30,11 +32,12 @@ def mark_crashed(store: ArtifactStore, tracking_uri: str, name: str) -> list[str
     for r in c.search_runs([exp.experiment_id], filter_string="attributes.status = 'RUNNING'"):
         run_id = r.data.tags.get(tracking.RUN_TAG)
         lease = current_lease(store, run_id) if run_id else None
-        if lease is None or not lease.stale(now):
+        if lease is None or not holder_gone(lease, now):
             continue
+        how = "stopped its heartbeat" if lease.stale(now) else "exited"
         reason = (
-            f"crashed: the process ({lease.holder()}) stopped its heartbeat at {iso_time(lease.beat_at)} "
-            f"(lease expired {iso_time(lease.expires_at)}) without ending the run"
+            f"crashed: the process ({lease.holder()}) {how} without ending the run (last heartbeat "
+            f"{iso_time(lease.beat_at)})"
         )
         tracking.fail_run(tracking_uri, run_id, reason)
         log.warning("run %s: %s; marked FAILED", run_id, reason)

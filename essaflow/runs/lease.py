@@ -7,9 +7,10 @@ processes taking over the same free lease exactly one wins. The holder rewrites 
 `heartbeat_s` seconds with a new expiry (`MISSED_BEATS` heartbeats ahead). A second process finds the newest
 generation live (not released, not expired) and is refused with `LeaseHeld`, naming the holder (host, pid, since).
 
-A lease whose expiry has passed without a release is the sign of a process that died (SIGKILL, a lost machine):
-`essaflow/runs/crashed.py` marks such a run's MLflow run FAILED, so `--resume last` finds it. This module never
-imports prefect.
+One rule says the holder is gone (:func:`holder_gone`): its lease expired unreleased (a process anywhere that stopped
+its heartbeat: SIGKILL, a lost machine), or it ran on this machine and its process has exited (found at once, not
+after the expiry). Taking a lease and `essaflow/runs/crashed.py` (which marks such a run's MLflow run FAILED, so
+`--resume last` finds it) both use it. This module never imports prefect.
 """
 
 from __future__ import annotations
@@ -160,13 +161,19 @@ def _holder_exited(record: LeaseRecord) -> bool:
     return False
 
 
+def holder_gone(record: LeaseRecord, now: float | None = None) -> bool:
+    """The lease's holder is gone: neither released nor renewed in time, or its process on this machine exited."""
+    return not record.released and (record.stale(now) or _holder_exited(record))
+
+
 def acquire(store: ArtifactStore, run_id: str, heartbeat: float | None = None) -> RunLease:
     """Take the lease of `run_id` (or keep the one this process holds); LeaseHeld if another process holds it."""
     held = _HELD.get(run_id)
     newest = current_lease(store, run_id)
     if held is not None and newest is not None and newest.token == held.record.token:
         return held
-    if newest is not None and newest.live() and newest.token not in _GIVEN_BACK and not _holder_exited(newest):
+    gone = newest is not None and holder_gone(newest)
+    if newest is not None and not newest.released and not gone and newest.token not in _GIVEN_BACK:
         raise LeaseHeld(newest)
     now = time.time()
     beat = heartbeat or heartbeat_s()
@@ -183,8 +190,8 @@ def acquire(store: ArtifactStore, run_id: str, heartbeat: float | None = None) -
     )
     if not store.create_json(_key(run_id, record.generation), asdict(record)):
         raise LeaseHeld(current_lease(store, run_id) or record)  # another process took this generation first
-    if newest is not None and newest.stale(now):
-        log.warning("run %s: took over the lease of %s, which stopped its heartbeat", run_id, newest.holder())
+    if gone:
+        log.warning("run %s: took over the lease of %s, which is gone", run_id, newest.holder())
     lease = RunLease(store, record, beat)
     _HELD[run_id] = lease
     return lease

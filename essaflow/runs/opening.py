@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 
 from essaflow import tracking
 from essaflow.artifacts import check_storage, storage_uri_for
-from essaflow.cluster.preflight import check_training_fits
+from essaflow.cluster.preflight import check_training_fits, probe_cluster
 from essaflow.config import PipelineConfig
 from essaflow.input_check import require_model
+from essaflow.model.identity import require_resolvable
 from essaflow.refs import RunRef
 from essaflow.runs import lease
 from essaflow.runs.crashed import mark_crashed
@@ -61,6 +62,7 @@ def run_tags(config: PipelineConfig, storage_uri: str, run_id: str, flow: FlowRu
     tags = {
         "essaflow.method": config.method,
         **{f"essaflow.{k}": v for k, v in method_tags(config.method, config.essa, config.grpo).items()},
+        **{f"essaflow.{k}": v for k, v in config.eval.judged_with().items()},
         "essaflow.storage_uri": storage_uri,
         "essaflow.run_uri": f"{storage_uri.rstrip('/')}/runs/{run_id}",
         "essaflow.git_commit": tracking.git_commit(),
@@ -78,6 +80,8 @@ def open_pipeline_run(config: PipelineConfig, resume: str | None, flow: FlowRun,
     run id as soon as the lease is held (only a lease holder may mark the run failed)."""
     timer, started_at = Timer(), time.time()
     require_model(config.model)  # bad input: fails at once, no retry, no resume offered (tasks.retry.BAD_INPUT)
+    probe_cluster(config.cluster_request(), config.ray_address)  # a Ray head that is not there: in seconds
+    require_resolvable(config.model)  # a hub id that resolves nowhere: before the dataset is prepared
     run_id = flow.id or uuid.uuid4().hex
     with timer.part("storage"):
         storage_uri = check_storage(storage_uri_for(config.storage_uri))

@@ -90,6 +90,7 @@ def registration_tags(config: PipelineConfig, run: RunRef, candidate: Candidate,
         "pass_at_k": json.dumps({k: round(v, 4) for k, v in after.summary.items()}),
         "baseline_pass_at_k": json.dumps({k: round(v, 4) for k, v in before.summary.items()}),
         "eval_protocol": f"n={after.samples_per_problem} problems={after.num_problems} seed={config.eval.seed}",
+        **config.eval.judged_with(),  # the reward, its digest, the threshold, the sandbox of code
         # what `essaflow eval --model NAME` re-evaluates on by default (essaflow.tracking.protocol)
         **protocol_tags(config.data, config.eval, config.sampling),
         # what a later run's gate needs to reuse this version's per-problem counts (essaflow.tracking.champion)

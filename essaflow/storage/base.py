@@ -26,6 +26,7 @@ class StorageError(RuntimeError):
     """A storage operation failed; the message names the problem.
 
     ``kind`` is a short machine-readable tag: ``unreachable`` (transient; a retry later may succeed),
+    ``refused`` (nothing listens at the endpoint at a run's first probe: no retry waits that out),
     ``missing_bucket``, ``credentials``, ``missing_object``, ``integrity`` (checksum/size mismatch),
     ``incomplete`` (no manifest), ``conflict`` (a different artifact is already committed there),
     ``invalid`` (bad URI or key) or ``other``.

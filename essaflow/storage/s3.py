@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from essaflow.secrets import safe_uri
+from essaflow.secrets import safe_uri, scrub_exception
 from essaflow.storage.base import (
     MANIFEST,
     ArtifactStore,
@@ -183,6 +183,7 @@ class S3Store(ArtifactStore):
     def _translate(self, exc: BaseException, action: str, key: str | None, attempts: int, elapsed: float):
         from botocore.exceptions import ClientError, NoCredentialsError, PartialCredentialsError
 
+        scrub_exception(exc)  # botocore's message names the endpoint URL, password and all; it is chained below
         root = _root_cause(exc)
         where = self.url(key) if key is not None else self.uri
         if isinstance(root, StorageError):

@@ -73,6 +73,7 @@ def warm_start_stage(
         splits = read_dataset(dataset)
         prefix = f"adapters/sft/{sft_key(model, sft, splits.sft)}"
         found = stored_adapter(store, prefix)
+    reused = found is not None
     if found is None:
         with timer.part("compute"):
             local = cached_sft_adapter(model, sft, splits, data.prompt_format())
@@ -80,7 +81,7 @@ def warm_start_stage(
             found = publish_dir(store, prefix, local)
     summary = TrainingSummary(steps=sft.steps if sft.trains else 0)
     return AdapterRef(uri=found[0], digest=found[1], kind="sft", training=summary, stage="warm_start",
-                      timings=timer.timings())  # fmt: skip
+                      timings=timer.timings(), reused=reused)  # fmt: skip
 
 
 def planned_steps(cfg: PipelineConfig) -> int:

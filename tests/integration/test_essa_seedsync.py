@@ -150,15 +150,23 @@ def test_a_perturbed_replica_is_detected_and_resynced(tiny, tmp_path):
 
 
 class CrashOnce(CandidateScorer):
-    """A scorer whose process dies (os._exit) the first time anyone scores candidate 3."""
+    """A scorer whose process dies (os._exit) the first time anyone scores candidate 3 (alone, or in a run of
+    candidates: batched scoring scores a share without calling `score`)."""
 
     marker = ""
 
-    def score(self, index, offsets, prompt_idx, seed):
-        if index == 3 and not os.path.exists(self.marker):
+    def crash_at(self, indices: range) -> None:
+        if 3 in indices and not os.path.exists(self.marker):
             Path(self.marker).touch()
             os._exit(1)
+
+    def score(self, index, offsets, prompt_idx, seed):
+        self.crash_at(range(index, index + 1))
         return super().score(index, offsets, prompt_idx, seed)
+
+    def score_range(self, xs, start, prompt_idx, seed):
+        self.crash_at(range(start, start + len(xs)))
+        return super().score_range(xs, start, prompt_idx, seed)
 
 
 def test_worker_killed_mid_generation_in_seed_mode_loses_nothing_and_rejoins_from_the_state(tiny, tmp_path, caplog):

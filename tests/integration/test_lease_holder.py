@@ -72,3 +72,35 @@ def test_a_second_process_is_refused_naming_host_pid_and_since_until_the_holder_
     finally:
         taken.release()
     assert lease.current_lease(store, "run-x").released and not lease.current_lease(store, "run-x").live()
+
+
+def test_a_holder_on_this_machine_killed_outright_is_gone_at_once_for_the_lease_and_for_resume_last(tmp_path):
+    """One rule for "the holder is gone" (lease.holder_gone): its lease still has two minutes to run, but its process
+    on this machine has exited, so the run is marked FAILED, found by `--resume last` and its lease taken, at once."""
+    from essaflow import tracking
+    from essaflow.config import load_config
+    from essaflow.runs.crashed import mark_crashed
+    from essaflow.runs.record import record_run
+    from essaflow.runs.resume import resolve_run_id
+
+    uri, mlflow_uri = f"file://{tmp_path}/store", f"sqlite:///{tmp_path}/mlflow.db"
+    store, cfg = open_store(uri), load_config(None, ["name=killed-holder"])
+    record_run(store, "run-x", cfg)
+    tracking.start_run(cfg, mlflow_uri, "run-x", {})  # RUNNING, as the killed process leaves it
+    proc = _holder(uri, heartbeat=30.0)  # the default heartbeat: the lease expires 2 minutes after the take
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    left = lease.current_lease(store, "run-x")
+    assert left.pid == proc.pid and not left.released and not left.stale() and lease.holder_gone(left)
+    assert resolve_run_id("last", store, mlflow_uri, cfg) == "run-x"  # at once, not after the expiry
+    failed = tracking.client(mlflow_uri).search_runs(
+        [tracking.client(mlflow_uri).get_experiment_by_name("killed-holder").experiment_id]
+    )[0]  # fmt: skip
+    assert failed.info.status == "FAILED" and f"pid {proc.pid}" in failed.data.tags[tracking.FAILURE_TAG]
+    assert "exited without ending the run" in failed.data.tags[tracking.FAILURE_TAG]
+    assert mark_crashed(store, mlflow_uri, "killed-holder") == []  # marked once
+    taken = lease.acquire(store, "run-x")
+    try:
+        assert taken.record.generation == left.generation + 1 and taken.record.pid == os.getpid()
+    finally:
+        taken.release()

@@ -124,3 +124,25 @@ def test_a_deployment_run_refuses_a_model_directory_without_weights_at_its_start
         time.sleep(0.5)
     assert len(lines) == 1 and lines[0]["stage"] == "open_run" and lines[0]["resume"] is None
     _nothing_left(stack_in_process, name, prefix)
+
+
+def test_an_evaluate_run_of_a_model_the_registry_lacks_fails_at_its_first_task(stack_in_process, case):
+    """The evaluate flow (a deployment's, no CLI in front of it): the model is looked up before a run opens or a
+    dataset is prepared; one attempt, no other stage, the message naming the model and the registry."""
+    from flows.evaluate import evaluate_model
+    from flows.parameters import EvaluateParams
+    from tasks import failures
+    from tests.integration.pipeline_support import task_run_states
+
+    name, prefix = case
+    t0 = time.monotonic()
+    state = evaluate_model(EvaluateParams(model_name=name, alias="champion", storage_uri=prefix), return_state=True)
+    took = time.monotonic() - t0
+    assert state.is_failed()
+    flow_run_id = str(state.state_details.flow_run_id)
+    failure, _ = failures.pop(flow_run_id)
+    assert failure.stage == f"check-{name}-champion" and failure.attempts == 1
+    assert f"models:/{name}@champion: no registered model {name!r}" in failure.error
+    assert task_run_states(flow_run_id, {f"check-{name}-champion"}) == {f"check-{name}-champion": "Failed"}
+    _nothing_left(stack_in_process, name, prefix)
+    print(f"missing model found by the evaluate flow in {took:.1f}s")

@@ -19,6 +19,7 @@ from essaflow.model.loading import resolve_model_path
 from essaflow.runs.journal import Journal
 from tasks import failures
 from tasks.retry import note_bad_input, retry_policy
+from tests.support.stub_checkpoints import stub_checkpoint
 
 PASSWORD = "hunter2-very-secret"
 TRACKING = f"http://alice:{PASSWORD}@mlflow.example:5000"
@@ -144,11 +145,7 @@ def test_a_template_with_an_unknown_placeholder_is_refused(tmp_path):
 
 
 def _checkpoint(tmp_path, *files: str):
-    d = tmp_path / "ckpt"
-    d.mkdir()
-    for name in ("config.json", *files):
-        (d / name).write_text("{}")
-    return d
+    return stub_checkpoint(tmp_path / "ckpt", *files)
 
 
 @pytest.mark.parametrize(

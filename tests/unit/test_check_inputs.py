@@ -4,13 +4,17 @@ the file, the template; each problem one `error:` line naming the field, exit co
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
 from essaflow.config import load_config
+from essaflow.data import Problem
+from essaflow.data.splits import key_points
 from essaflow.input_check import check_inputs
+from tests.support.stub_checkpoints import stub_checkpoint
 
 
 def _cfg(*overrides: str):
@@ -25,11 +29,7 @@ def _inputs(*overrides: str):
 
 @pytest.fixture
 def ckpt(tmp_path):
-    d = tmp_path / "ckpt"
-    d.mkdir()
-    for name in ("config.json", "model.safetensors", "tokenizer.json"):  # what is looked for; nothing is loaded
-        (d / name).write_text("{}")
-    return d
+    return stub_checkpoint(tmp_path / "ckpt", "model.safetensors", "tokenizer.json")  # looked for; nothing loaded
 
 
 @pytest.fixture
@@ -86,8 +86,43 @@ def test_data_path_columns_and_sizes_are_checked(tmp_path, gsm8k):
     assert missing == [f"data.path: {tmp_path / 'nope.jsonl'}: data.path does not exist"]
     columns = _inputs(*base, f"data.path={gsm8k}").problems  # plain adapter: no 'prompt' column
     assert "no column 'prompt'" in columns[0] and "columns present: ['question', 'answer']" in columns[0]
-    small = _inputs("data.source=file", f"data.path={gsm8k}", "data.adapter=gsm8k").problems
-    assert small == ["data.eval_size=256 leaves no training data out of 10 problems"]
+
+
+def _rows(path, prompts):
+    path.write_text("".join(json.dumps({"prompt": p, "answer": str(i)}) + "\n" for i, p in enumerate(prompts)))
+    return path
+
+
+def _prompts(n: int, held_out: bool | None = None, fraction: float = 0.1) -> list[str]:
+    """n distinct prompts; with held_out, only ones whose key puts them below (True) or above (False) `fraction`."""
+    out, i = [], 0
+    while len(out) < n:
+        p = f"what is {i} + 1?"
+        below = key_points(Problem(id="x", prompt=p, answer="0"))[0] < fraction
+        if held_out is None or below == held_out:
+            out.append(p)
+        i += 1
+    return out
+
+
+@pytest.mark.parametrize("eval_size", [400, 1319])
+def test_eval_size_is_a_cap_so_a_small_file_keeps_about_eval_fraction_held_out(tmp_path, eval_size):
+    data = _rows(tmp_path / "d.jsonl", _prompts(400))
+    report = _inputs("data.source=file", f"data.path={data}", f"data.eval_size={eval_size}")
+    assert report.problems == []
+    held = int(re.search(r"data: splits sft \d+, train \d+, eval (\d+)", "\n".join(report.notes)).group(1))
+    assert 20 <= held <= 60  # ~10% of 400 (data.eval_fraction 0.1), all of them evaluated
+
+
+def test_a_source_with_nothing_held_out_is_refused_by_check_config_not_later(tmp_path):
+    data = _rows(tmp_path / "d.jsonl", _prompts(20, held_out=False))
+    sets = ["--set", "data.source=file", "--set", f"data.path={data}", "--set", "data.eval_size=10"]
+    result = CliRunner().invoke(app, ["check-config", *sets])
+    assert result.exit_code == 2
+    assert "error: data: no problem held out: none of the 20 problems has a key below data.eval_fraction=0.1; " \
+           "raise data.eval_fraction or name a held-out source (eval.data)" in result.stderr  # fmt: skip
+    # held out at 0.5: accepted
+    assert CliRunner().invoke(app, ["check-config", *sets, "--set", "data.eval_fraction=0.5"]).exit_code == 0
 
 
 def test_the_cli_prints_one_error_line_per_problem_and_exits_2(tmp_path, gsm8k):

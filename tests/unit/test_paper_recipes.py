@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from cli.main import app
 from tests.support.paper_formats import write_deepscaler, write_gsm8k, write_math
+from tests.support.stub_checkpoints import stub_checkpoint
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 ESSA_GSM8K = CONFIGS / "essa-qwen2.5-7b-gsm8k.yaml"
@@ -22,7 +23,8 @@ QWEN25_7B_LAYERS = 28  # Qwen2.5-7B and Qwen2.5-Math-7B (their config.json: num_
 
 
 def check_config(*args: str) -> dict:
-    result = CliRunner().invoke(app, ["check-config", *args])
+    """check-config of a recipe written for GPU machines: its config and inputs, not this machine (--no-machine)."""
+    result = CliRunner().invoke(app, ["check-config", "--no-machine", *args])
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout[result.stdout.index("{") :])
 
@@ -75,17 +77,17 @@ def test_essa_gsm8k_is_tab8_qwen25_7b():
 
 def test_the_readmes_check_config_with_a_gsm8k_file_and_a_local_checkpoint(tmp_path):
     data = write_gsm8k(tmp_path / "gsm8k.jsonl", 1400)
-    ckpt = tmp_path / "my-qwen"
-    ckpt.mkdir()
-    for name in ("config.json", "model.safetensors", "tokenizer.json"):  # check-config looks for them, loads nothing
-        (ckpt / name).write_text("{}")
+    ckpt = stub_checkpoint(tmp_path / "my-qwen", "model.safetensors", "tokenizer.json")  # looked for, not loaded
     sets = ["--set", "data.source=file", "--set", f"data.path={data}", "--set", f"model.name_or_path={ckpt}"]
     cfg = check_config("-c", str(ESSA_GSM8K), *sets)
     assert cfg["data"]["source"] == "file" and cfg["data"]["adapter"] == "gsm8k"
     assert cfg["model"]["name_or_path"] == str(ckpt)
-    too_small = CliRunner().invoke(app, ["check-config", "-c", str(ESSA_GSM8K), *sets[:-2]] + [
-        "--set", f"data.path={write_gsm8k(tmp_path / 'small.jsonl', 100)}"])  # fmt: skip
-    assert too_small.exit_code == 2 and "data.eval_size=1319 leaves no training data" in too_small.output
+    # eval_size is a cap, not a share: a 400-row file holds out ~eval_fraction (0.15) of it and trains on the rest
+    small = CliRunner().invoke(app, ["check-config", "--no-machine", "-c", str(ESSA_GSM8K), *sets[:-2]] + [
+        "--set", f"data.path={write_gsm8k(tmp_path / 'small.jsonl', 400)}"])  # fmt: skip
+    assert small.exit_code == 0, small.output
+    held = int(re.search(r"data: splits sft \d+, train \d+, eval (\d+)", small.stderr).group(1))
+    assert 30 <= held <= 90, small.stderr
 
 
 def test_essa_math_is_tab8_qwen25_math_7b_and_reads_its_prm800k_file(tmp_path):
@@ -117,7 +119,8 @@ def test_fgrpo_deepscaler_is_app_l_for_both_gammas(gamma):
 def test_fgrpo_reads_a_local_file_in_deepscalers_format(tmp_path):
     data = write_deepscaler(tmp_path / "deepscaler.json", 300)
     result = CliRunner().invoke(
-        app, ["check-config", "-c", str(FGRPO), "--set", "data.source=file", "--set", f"data.path={data}"]
+        app,
+        ["check-config", "--no-machine", "-c", str(FGRPO), "--set", "data.source=file", "--set", f"data.path={data}"],
     )
     assert result.exit_code == 0, result.output
     assert "300 problems" in result.output

@@ -138,6 +138,9 @@ def fake_ray(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", fake)
     # the real Ray's per-process auth cache stays untouched: other tests in this process may start a local Ray
     monkeypatch.setattr(cluster.connection, "reload_ray_auth", lambda: fake.calls.append({"reload_auth": True}))
+    # no head listens at the addresses these tests join: the port probe is what tests/unit/cluster/test_address.py
+    # checks against real sockets
+    monkeypatch.setattr(cluster.connection, "check_reachable", lambda address, source: None)
     for k in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH", "AWS_ACCESS_KEY_ID"):
         monkeypatch.delenv(k, raising=False)  # restored at teardown, whatever connect() sets
     monkeypatch.setenv("PREFECT_API_URL", "http://prefect:4200/api")

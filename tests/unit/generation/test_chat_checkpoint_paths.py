@@ -110,13 +110,20 @@ def test_sft_eval_essa_and_grpo_feed_identical_prompt_ids(cfg, tmp_path):
     gen.generate([p.prompt for p in splits.eval[:3]], n=1, temperature=0.0, max_new_tokens=5)
     assert rec.rows == [expected[p.id] for p in splits.eval[:3]]
 
-    # GRPO rollouts
+    # GRPO rollouts: per row through generate, and (grpo.shared_prompt) each prompt once through one prefill
     rec.rows = []
-    grpo = cfg.grpo.model_copy(update={"group_size": 2, "prompts_per_step": 2})
+    grpo = cfg.grpo.model_copy(update={"group_size": 2, "prompts_per_step": 2, "shared_prompt": False})
     collect(model, tok, splits.train, [0, 1], 0, grpo, cfg.eval.reward, 5, fmt)
     train_ids = [expected[p.id] for p in splits.train]
     assert len(rec.rows) == 4 and all(row in train_ids for row in rec.rows)
     del model.generate
+    fed = []
+    hook = model.register_forward_pre_hook(lambda _m, _a, kw: fed.append(kw), with_kwargs=True)
+    shared = grpo.model_copy(update={"shared_prompt": True})
+    collect(model, tok, splits.train, [0, 1], 0, shared, cfg.eval.reward, 5, fmt)
+    hook.remove()
+    prefill = [ids[m.bool()].tolist() for ids, m in zip(fed[0]["input_ids"], fed[0]["attention_mask"])]
+    assert len(prefill) == 2 and all(row in train_ids for row in prefill)
 
     # ESSA scoring: decoded fitness and the teacher-forced answer probability
     adapter = save_adapter(model, tmp_path / "adapter", tok)

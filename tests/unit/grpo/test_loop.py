@@ -182,7 +182,8 @@ def test_overlong_shaping_and_filtering_change_the_batch_and_the_update(tiny, tm
 def test_training_log_probs_are_the_ones_the_samples_were_drawn_from(tiny):
     from transformers import GenerationConfig, LogitsProcessorList
 
-    from essaflow.grpo.rollout import GumbelSampler, hash_keys, token_logprobs
+    from essaflow.grpo.logprobs import token_logprobs
+    from essaflow.grpo.rollout import GumbelSampler, hash_keys
 
     cfg, splits, start = make_tiny(tiny)
     model = build_policy(cfg, start, None, torch.device("cpu"))

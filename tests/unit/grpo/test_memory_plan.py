@@ -61,7 +61,7 @@ def test_fsdp_divides_parameters_gradients_and_adam_by_the_world():
 
 
 def _check(*sets: str):
-    args = ["check-config", "-c", str(FGRPO)]
+    args = ["check-config", "--no-machine", "-c", str(FGRPO)]
     for s in sets:
         args += ["--set", s]
     return CliRunner().invoke(app, args)
@@ -115,3 +115,19 @@ def test_lora_under_fsdp_shards_the_frozen_base_and_ddp_replicates_it():
     assert ddp.parts["frozen base"] == arch.parameters() * 2
     assert fsdp.parts["frozen base"] == pytest.approx(arch.parameters() * 2 / 8, abs=16)
     assert fsdp.parts["fp32 master weights"] < ddp.parts["weights"] and fsdp.total < ddp.total
+
+
+def test_a_shared_prompt_counts_the_prompt_once_a_group_plus_its_keys_and_values_copied_to_each_row():
+    from dataclasses import replace
+
+    from essaflow.grpo.memory_plan import activation_bytes
+
+    arch = Architecture.from_config(KNOWN_CONFIGS["Qwen/Qwen2.5-7B"])
+    per_row = Target(1, 80, "bfloat16", 8, 1024, 1024, group_size=8)
+    shared = replace(per_row, shared_prompt=True)
+    per_token = arch.layers * (10 * arch.hidden + 4 * arch.intermediate) * 2
+    copies = 8 * 1024 * arch.layers * 2 * arch.kv_heads * arch.head_dim * 2
+    assert activation_bytes(arch, per_row)[0] - activation_bytes(arch, shared)[0] == 7 * 1024 * per_token - copies
+    assert activation_bytes(arch, per_row)[1] == activation_bytes(arch, shared)[1]
+    checkpointed = (replace(t, activation_checkpointing=True) for t in (per_row, shared))
+    assert len({activation_bytes(arch, t) for t in checkpointed}) == 1  # the gradient forward stays per row there

@@ -66,6 +66,15 @@ def test_the_result_carries_the_training_summary_under_the_same_keys():
     assert result.data == {"snapshot": "snap1", "files": 12, "held_out_unused": 1}
 
 
+def test_an_sft_adapter_found_in_storage_is_reported_as_cached():
+    done = finished()
+    done = done.__class__(*[r.model_copy(update={"reused": True}) if r is done.sft else r for r in done.refs()])
+    record = FlowRecord(stages={"prepare_dataset": StageWall(0.0, "Cached"), "warm_start": StageWall(0.5, "Completed")})
+    result = pipeline_result(done, record, now=130.0)
+    assert result.cached == ["prepare_dataset", "warm_start"]
+    assert pipeline_result(finished(), record, now=130.0).cached == ["prepare_dataset"]  # trained here: not cached
+
+
 def test_an_adapter_trained_nowhere_reports_the_defaults():
     done = finished()
     untrained = done.adapter.model_copy(update={"kind": "none", "training": TrainingSummary()})

@@ -1,0 +1,44 @@
+"""What a valid config does that its author may not have meant: said as `note:` lines, the config still runs.
+
+A section of the method that does not train (`grpo:` keys under `method: essa`) is read, validated and then
+ignored; F-GRPO's fsdp on one rank shards nothing. `essaflow check-config` and `essaflow run` print these on stderr.
+A compare config's task holds both methods' sections on purpose: it is not checked here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+#: the sections each method leaves unread (the method that trains reads its own)
+_UNREAD = {"essa": ("grpo",), "fgrpo": ("essa",), "none": ("essa", "grpo")}
+
+
+def set_keys(section: BaseModel, prefix: str) -> list[str]:
+    """The dotted keys a config file or `--set` gave in `section` (its defaults left out), nested sections too."""
+    keys = []
+    for name in sorted(section.model_fields_set):
+        value = getattr(section, name)
+        nested = set_keys(value, f"{prefix}{name}.") if isinstance(value, BaseModel) else []
+        keys += nested or [f"{prefix}{name}"]
+    return keys
+
+
+def config_notes(cfg: Any) -> list[str]:
+    """`note:` lines for `cfg` (a PipelineConfig): unread sections that were set, fsdp over one rank."""
+    notes = []
+    for section in _UNREAD[cfg.method]:
+        keys = set_keys(getattr(cfg, section), f"{section}.")
+        if keys:
+            shown = ", ".join(keys[:4]) + (f" and {len(keys) - 4} more" if len(keys) > 4 else "")
+            trains = {"essa": "essa", "grpo": "fgrpo"}[section]
+            notes.append(f"note: {shown} set, but method is {cfg.method}: the {section} section is ignored "
+                         f"(method: {trains} trains with it)")  # fmt: skip
+    grpo = cfg.grpo
+    if cfg.method == "fgrpo" and grpo.sharding == "fsdp" and grpo.workers.count == 1:
+        notes.append(
+            "note: grpo.sharding=fsdp with grpo.workers.count=1: one rank holds every shard, so fsdp saves no memory "
+            "(the steps are ddp's); raise grpo.workers.count to shard the model, or use grpo.sharding=ddp"
+        )
+    return notes

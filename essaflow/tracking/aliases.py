@@ -1,0 +1,46 @@
+"""Which version `models:/NAME@ALIAS` names, found before anything is evaluated: a missing model or alias is one
+TrackingError naming what the registry holds (no retry can create it), not a dataset prepared and an MLflow run
+opened first. Never imports prefect."""
+
+from __future__ import annotations
+
+import re
+
+from essaflow.secrets import safe_uri
+from essaflow.tracking.server import TrackingError, check_tracking, client
+
+#: `models:/NAME@ALIAS`, the form MLflow itself loads (a version number is `models:/NAME/3`, not taken here)
+MODEL_URI = re.compile(r"models:/(?P<name>[^@/]+)@(?P<alias>[^@/]+)")
+
+
+def parse_model_uri(text: str) -> tuple[str, str]:
+    """(name, alias) of `models:/NAME@ALIAS`; ValueError naming the form otherwise."""
+    match = MODEL_URI.fullmatch(text.strip())
+    if match is None:
+        raise ValueError(f"{text!r} is not models:/NAME@ALIAS (e.g. models:/tiny-arith@champion)")
+    return match["name"], match["alias"]
+
+
+def registered_version(tracking_uri: str, name: str, alias: str) -> str:
+    """The version number models:/name@alias names; TrackingError when the server cannot be reached (in seconds),
+    or the model or the alias does not exist (naming the models, or the aliases, there are)."""
+    from mlflow.exceptions import MlflowException
+
+    check_tracking(tracking_uri)
+    c, where = client(tracking_uri), safe_uri(tracking_uri)
+    try:
+        return str(c.get_model_version_by_alias(name, alias).version)
+    except MlflowException as err:
+        if err.error_code not in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE", "NOT_FOUND"):
+            raise
+    try:
+        aliases = sorted(c.get_registered_model(name).aliases)
+    except MlflowException:
+        names = ", ".join(sorted(m.name for m in c.search_registered_models(max_results=20))) or "none"
+        raise TrackingError(
+            f"models:/{name}@{alias}: no registered model {name!r} at {where} (registered: {names})"
+        ) from None
+    raise TrackingError(
+        f"models:/{name}@{alias}: model {name!r} at {where} has no alias {alias!r} (its aliases: "
+        f"{', '.join(aliases) or 'none'})"
+    )
