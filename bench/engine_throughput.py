@@ -7,7 +7,7 @@ batch inference of the same sequences.
 
 On the embedded tiny model (SFT adapter of configs/tiny.yaml, trained or taken from the cache):
 
-- population (issue 32): an ESSA population of relative offsets scored greedily on one minibatch by the transformers
+- population: an ESSA population of relative offsets scored greedily on one minibatch by the transformers
   engine in shared row batches (essa.batched_scoring, at each of --batch-sizes) and candidate by candidate (merged
   weights, one batch per candidate), and the same sequences (population x minibatch prompts) generated greedily by
   the SFT model with its adapter merged (plain batch inference: its generate calls alone, on prompts tokenised

@@ -1,5 +1,4 @@
-"""A worker's share of ESSA candidates scored in batches of rows on the transformers engine (`essa.batched_scoring`,
-issue 32).
+"""A worker's share of ESSA candidates scored in batches of rows on the transformers engine (`essa.batched_scoring`).
 
 The share's rows (candidates x minibatch prompts x fitness samples, candidate-major) are cut into batches of
 `sampling.batch_size` rows, whatever candidate each row belongs to; each batch is one generate call (accuracy) or

@@ -1,4 +1,4 @@
-"""Many ESSA candidates in one batch: every row runs with its own candidate's singular values (issue 32).
+"""Many ESSA candidates in one batch: every row runs with its own candidate's singular values.
 
 Candidates share the base weights and the frozen singular vectors of every LoRA factor; only the singular values
 differ (`svd_lora.py`). With the thin SVDs A = U_A diag(a) V_Aᵀ and B = U_B diag(b) V_Bᵀ of the SFT factors, a
