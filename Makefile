@@ -54,11 +54,13 @@ $(BROWSER_STAMP): $(BROWSER_DIR)/package.json $(BROWSER_DIR)/package-lock.json |
 demo: $(STAMP)
 	$(BIN)/essaflow demo --method $(METHOD)
 
-# Two pytest workers (pytest-xdist), each test file whole on one worker so module fixtures start once; every
-# server a test starts takes free ports, so the workers' stacks run side by side. TEST_WORKERS=0 runs serially.
+# Three pytest workers (pytest-xdist) on two cores: most of the suite waits on servers, subprocesses and Ray, so a
+# third worker fills the idle core time two leave. Each test file runs whole on one worker so module fixtures start
+# once; every server a test starts takes free ports, so the workers' stacks run side by side. TEST_WORKERS=0 runs
+# serially.
 # Bytecode is written (unlike this machine's default): each of the suite's hundreds of processes would compile
 # the project's modules again.
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 test: $(STAMP) browser
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25
 

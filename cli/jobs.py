@@ -38,10 +38,21 @@ def grpo(config: ConfigOpt = None, set_: SetOpt = None, verbose: bool = False) -
     _training_job(load(config, set_, method="fgrpo"))
 
 
-def build_tiny(out: Annotated[Path | None, typer.Option(help="target directory")] = None) -> None:
-    """(Re)build the embedded tiny base model."""
-    from essaflow.model.tiny import SHIPPED, build_tiny_base
+def build_tiny(
+    out: Annotated[Path | None, typer.Option(help="target directory")] = None,
+    model: Annotated[str, typer.Option(help="builtin:tiny, builtin:tiny-countdown or builtin:tiny-programs")] = (
+        "builtin:tiny"
+    ),
+) -> None:
+    """(Re)build an embedded tiny base model: builtin:tiny into the package (the shipped checkpoint), the others
+    into the cache where runs look for them (--out: anywhere)."""
+    from essaflow.model.tiny import SHIPPED, build_tiny_base, cache_path
+    from essaflow.model.tiny_recipe import BUILTIN_MODELS
 
+    if model not in BUILTIN_MODELS:
+        fail(f"--model {model!r}: not a built-in model; choose from {sorted(BUILTIN_MODELS)}", "build-tiny", None, [])
+    recipe = BUILTIN_MODELS[model].recipe
+    default = SHIPPED if model == "builtin:tiny" else cache_path(recipe)
     start = time.perf_counter()
-    path = build_tiny_base(out or SHIPPED)
-    emit({"path": str(path), "wall_s": round(time.perf_counter() - start, 1)})
+    path = build_tiny_base(out or default, recipe)
+    emit({"path": str(path), "model": model, "wall_s": round(time.perf_counter() - start, 1)})

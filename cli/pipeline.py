@@ -6,12 +6,14 @@ import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from cli.common import ConfigOpt, SetOpt, emit, fail, flow_logging, load, refuse, service_env
+from cli.prefect_server import prefect_api, start_temporary_server
 from essaflow.config import PipelineConfig
 from essaflow.secrets import mask_passwords, uri_passwords_to_env
 
@@ -82,13 +84,19 @@ def credentials_to_env(params: Any) -> Any:
 
 def preflight(cfg: PipelineConfig) -> None:
     """What a run needs and the config alone cannot say, checked before the flow starts: the model's checkpoint
-    (a local directory with config.json, weights and tokenizer files; a hub id spelt as one), and a Ray head
-    answering where training joins one (seconds, not Prefect's start-up first)."""
+    (a local directory with config.json, weights and tokenizer files; a hub id that resolves), a Ray head answering
+    where training joins one, and the artifact store answering (S3: its endpoint, bucket and keys): seconds, not
+    Prefect's start-up first."""
+    from essaflow.artifacts.store import check_storage, storage_uri_for
     from essaflow.checks.machine import machine_problems
     from essaflow.checks.notes import config_notes
     from essaflow.cluster import ClusterUnreachable
     from essaflow.cluster.preflight import probe_cluster
+    from essaflow.config import ConfigError
     from essaflow.input_check import check_model
+    from essaflow.model.identity import require_resolvable
+    from essaflow.secrets import scrub
+    from essaflow.storage import StorageError
 
     for note in config_notes(cfg):  # a valid config that may not do what was meant: said, not refused
         typer.echo(note, err=True)
@@ -97,8 +105,10 @@ def preflight(cfg: PipelineConfig) -> None:
         refuse(problems)
     try:
         probe_cluster(cfg.cluster_request(), cfg.ray_address)
-    except ClusterUnreachable as err:
-        fail(f"ClusterUnreachable: {err}", "preflight", None, [])
+        require_resolvable(cfg.model)  # a hub id that resolves nowhere
+        check_storage(storage_uri_for(cfg.storage_uri))  # an S3 endpoint that is down, a bucket or keys missing
+    except (ClusterUnreachable, ConfigError, StorageError) as err:
+        fail(f"{type(err).__name__}: {scrub(str(err))}", "preflight", None, [])
 
 
 def orchestration_error(err: Exception) -> str:
@@ -108,8 +118,11 @@ def orchestration_error(err: Exception) -> str:
 
     from essaflow.runs.failure import describe
 
-    where = PREFECT_API_URL.value() or "its temporary local server"
-    return f"Prefect API at {mask_passwords(where)}: {describe(err)}"
+    where = PREFECT_API_URL.value()
+    if not where:
+        return f"Prefect's temporary local server: {describe(err)}"
+    fix = "start it (essaflow stack up), or unset PREFECT_API_URL to run on a temporary local server"
+    return f"Prefect API at {mask_passwords(where)}: {describe(err)}; {fix}"
 
 
 def fail_unless_completed(state: Any, rerun: list[str], name_run: bool = True) -> None:
@@ -133,6 +146,16 @@ def fail_unless_completed(state: Any, rerun: list[str], name_run: bool = True) -
         fail(failure.error, failure.stage, run_id, rerun if failure.resumable else [])
 
 
+@dataclass
+class Ahead:
+    """What the command did before its flow while Prefect's temporary server started."""
+
+    parts: dict[str, float] = field(default_factory=dict)
+    """Seconds loading what the stages need (essaflow/runs/preload.py), by the part the stage would count them in."""
+    server_wait_s: float = 0.0
+    """Seconds then still spent waiting for the server to answer."""
+
+
 def finetune_summary(
     cfg: PipelineConfig,
     progress: bool,
@@ -140,7 +163,8 @@ def finetune_summary(
     rerun: list[str] | None = None,
     force: bool = False,
 ) -> dict[str, Any]:
-    """Run the finetune flow in this process (Prefect's temporary local API unless PREFECT_API_URL is set).
+    """Run the finetune flow in this process (Prefect's temporary local API unless PREFECT_API_URL is set: started
+    first, while the command loads what the stages need, essaflow/runs/preload.py).
 
     On failure: the failed stage's error as one line on stderr and as the JSON line last on stdout, with the run id
     and the command that resumes it; exit status 1 (the traceback is in the run's log, not on the terminal).
@@ -148,22 +172,15 @@ def finetune_summary(
     """
     start = time.perf_counter()
     service_env()
+    server = start_temporary_server()  # first: it starts beside everything below (cli/prefect_server.py)
     rerun = rerun or ["essaflow", "run"]
-    state = _finetune_state(cfg, progress, resume, rerun, force)
+    state, ahead = _finetune_state(cfg, progress, resume, rerun, force, server)
     fail_unless_completed(state, rerun)
     result = state.result()
     wall = round(time.perf_counter() - start, 2)
     if state.name == "Skipped":
         return {**result.model_dump(), "wall_s": wall}
-    out = result.model_dump()
-    compute = out["parts"]["compute"]
-    out["wall_s"] = wall
-    out["overhead"] = {
-        "storage_s": out["parts"]["storage"],
-        "tracking_s": out["parts"]["tracking"],
-        "orchestration_s": round(wall - sum(out["parts"].values()), 2),
-        "share": round((wall - compute) / wall, 3) if wall else 0.0,
-    }
+    out = with_overhead(result.model_dump(), wall, ahead)
     keys = ["before", "after", "model_name", "model_version", "aliases", "tracking_uri", "storage_uri", "wall_s"]
     return (
         {"state": "completed"}
@@ -188,15 +205,39 @@ def finetune_summary(
     )
 
 
-def _finetune_state(cfg: PipelineConfig, progress: bool, resume: str | None, rerun: list[str], force: bool) -> Any:
-    """The finetune flow's final state; the orchestrator's own failure (Prefect's API unreachable, its temporary
-    server not started) ends the command in one line naming it."""
+def with_overhead(out: dict[str, Any], wall: float, ahead: Ahead) -> dict[str, Any]:
+    """The run's result with the command's wall time and what of it was not compute: storage, tracking and the
+    rest (orchestration: Prefect's start-up and its task runs); what was loaded ahead for the stages counts as
+    the parts those stages would have timed it as, and as its own `preload` stage."""
+    out["parts"] = {k: round(v + ahead.parts.get(k, 0.0), 2) for k, v in out["parts"].items()}
+    if ahead.parts:
+        out["stages"] = {"preload": round(sum(ahead.parts.values()), 2), **out["stages"]}
+    out["wall_s"] = wall
+    out["overhead"] = {
+        "storage_s": out["parts"]["storage"],
+        "tracking_s": out["parts"]["tracking"],
+        "orchestration_s": round(wall - sum(out["parts"].values()), 2),
+        "server_wait_s": round(ahead.server_wait_s, 2),
+        "share": round((wall - out["parts"]["compute"]) / wall, 3) if wall else 0.0,
+    }
+    return out
+
+
+def _finetune_state(
+    cfg: PipelineConfig, progress: bool, resume: str | None, rerun: list[str], force: bool, server: Any
+) -> tuple[Any, Ahead]:
+    """The finetune flow's final state, and what was done ahead of it while `server` (Prefect's temporary server,
+    None when PREFECT_API_URL names one) started; the orchestrator's own failure (Prefect's API unreachable, its
+    temporary server not started) ends the command in one line naming it."""
+    from essaflow.runs.preload import preload
     from flows.finetune import finetune
 
     quiet_console_tracebacks()
+    ahead = Ahead(preload(cfg, busy=lambda: not server.ready()) if server is not None else {})
     try:
-        with progress_bars(progress):
-            return finetune(credentials_to_env(cfg), resume=resume, force=force, return_state=True)
+        with prefect_api(server) as waited, progress_bars(progress):
+            ahead.server_wait_s = waited
+            return finetune(credentials_to_env(cfg), resume=resume, force=force, return_state=True), ahead
     except Exception as err:
         fail(orchestration_error(err), "orchestration", resume if resume and resume != "last" else None, rerun)
         raise  # not reached: fail() exits

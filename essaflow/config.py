@@ -42,13 +42,13 @@ from essaflow.cluster.request import TrainingRequest
 from essaflow.config_base import ConfigError, StrictConfig, changed_trajectory, trajectory_values
 from essaflow.data.config import DataConfig, SyntheticTaskConfig
 from essaflow.essa.config import ESSAConfig
-from essaflow.generation.config import TINY_MAX_NEW_TOKENS, SamplingConfig
+from essaflow.generation.config import SamplingConfig
 from essaflow.grpo.config import GRPOConfig
 from essaflow.judging.config import LARGEST_K, EvalConfig, GateConfig
 from essaflow.judging.reward_ref import absolute_ref, resolve_reward_ref
 from essaflow.judging.rewards import resolve_reward
 from essaflow.model.config import ModelConfig
-from essaflow.model.identity import BUILTIN_TINY
+from essaflow.model.tiny_recipe import BUILTIN_MODELS
 from essaflow.secrets import NO_PASSWORD_IN_FORM
 from essaflow.training.config import SFTConfig
 
@@ -129,13 +129,14 @@ class PipelineConfig(StrictConfig):
     @model_validator(mode="after")
     def _defaults_that_follow_the_data_and_model(self) -> PipelineConfig:
         # __dict__: a plain assignment would re-run this validator (validate_assignment)
-        reward = resolve_reward(self.eval.reward, self.data.source, self.data.adapter)
+        reward = resolve_reward(self.eval.reward, self.data.source, self.data.adapter, self.data.synthetic.task)
         if reward != self.eval.reward:  # eval.reward=auto: the reward that matches the data's answers
             digest = resolve_reward_ref(reward).digest
             self.__dict__["eval"] = self.eval.model_copy(update={"reward": reward, "reward_digest": digest})
-        if self.model.name_or_path == BUILTIN_TINY and "max_new_tokens" not in self.sampling.model_fields_set:
-            # the 512-token default is sized for real models; the tiny model's answers are <= 5 characters
-            self.__dict__["sampling"] = self.sampling.model_copy(update={"max_new_tokens": TINY_MAX_NEW_TOKENS})
+        builtin = BUILTIN_MODELS.get(self.model.name_or_path)
+        if builtin is not None and "max_new_tokens" not in self.sampling.model_fields_set:
+            # the 512-token default is sized for real models; a tiny model's answers run a few characters
+            self.__dict__["sampling"] = self.sampling.model_copy(update={"max_new_tokens": builtin.max_new_tokens})
         return self
 
     @model_validator(mode="after")

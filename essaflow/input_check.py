@@ -36,6 +36,7 @@ def check_inputs(model: ModelConfig, data: DataConfig, held_out: HeldOutSourceCo
     report = InputReport()
     _check_model(model, report)
     _check_chat_template(model, data, report)
+    _check_builtin_task(model, data, report)
     training = _check_data(data, report)
     held = _check_data(data.held_out(held_out), report, "eval.data.path") if held_out is not None else None
     if training is not None and (held_out is None or held is not None):
@@ -70,15 +71,33 @@ def _has_chat_template(checkpoint: Path) -> bool:
 
 def _check_chat_template(model: ModelConfig, data: DataConfig, report: InputReport) -> None:
     """data.chat_template=always needs a tokenizer with a template: say so now, not at the first prompt."""
-    from essaflow.model.identity import BUILTIN_TINY
+    from essaflow.model.tiny_recipe import BUILTIN_MODELS
 
     if data.chat_template != "always":
         return
     name = model.name_or_path
     local = Path(name).expanduser()
-    if name == BUILTIN_TINY or (local.is_dir() and (local / "config.json").is_file() and not _has_chat_template(local)):
+    if name in BUILTIN_MODELS or (
+        local.is_dir() and (local / "config.json").is_file() and not _has_chat_template(local)
+    ):
         report.problems.append(
             f"data.chat_template: 'always', but the tokenizer of {name} has no chat template (use auto or never)"
+        )
+
+
+def _check_builtin_task(model: ModelConfig, data: DataConfig, report: InputReport) -> None:
+    """A built-in tiny model knows only its own task's characters: on another synthetic task it would read unknowns."""
+    from essaflow.model.tiny_recipe import BUILTIN_MODELS
+
+    builtin = BUILTIN_MODELS.get(model.name_or_path)
+    if builtin is None or data.source != "synthetic":
+        return
+    trained_on, task = builtin.recipe.task_name or "arithmetic", data.synthetic.task
+    if trained_on != task:
+        fits = next(n for n, m in BUILTIN_MODELS.items() if (m.recipe.task_name or "arithmetic") == task)
+        report.problems.append(
+            f"model.name_or_path: {model.name_or_path} is pretrained on {trained_on} and its tokenizer has only that "
+            f"task's characters, but data.synthetic.task is {task!r}: use {fits}"
         )
 
 
@@ -95,11 +114,12 @@ def _check_s3(uri: str, field_name: str, report: InputReport) -> None:
 
 
 def _check_model(model: ModelConfig, report: InputReport) -> None:
-    from essaflow.model.identity import BUILTIN_TINY, checkpoint_problem
+    from essaflow.model.identity import checkpoint_problem
+    from essaflow.model.tiny_recipe import BUILTIN_MODELS
 
     name, where = model.name_or_path, "model.name_or_path"
-    if name == BUILTIN_TINY:
-        report.notes.append(f"{where}: the built-in tiny model")
+    if name in BUILTIN_MODELS:
+        report.notes.append(f"{where}: the built-in tiny model {name}")
         return
     if name.startswith("s3://"):
         _check_s3(name, where, report)
@@ -135,8 +155,16 @@ def _note_remote_code(model: ModelConfig, checkpoint: Path, report: InputReport)
     """A checkpoint whose config.json maps classes to its own Python files (auto_map) runs them when
     model.trust_remote_code lets it: say so, naming the files, before any process loads it."""
     try:
-        auto_map = json.loads((checkpoint / "config.json").read_text()).get("auto_map")
+        config = json.loads((checkpoint / "config.json").read_text())
+        auto_map, model_type = config.get("auto_map"), config.get("model_type")
     except (OSError, ValueError, AttributeError):
+        return
+    if auto_map and not model.trust_remote_code and not _known_architecture(model_type):
+        report.problems.append(
+            f"model.name_or_path: {checkpoint}/config.json has model_type {model_type!r}, which transformers does not "
+            f"implement, and auto_map ({', '.join(sorted(auto_map))}): the model exists only as the checkpoint's own "
+            "Python code, which model.trust_remote_code=false does not run; set it true only for a source you trust"
+        )
         return
     if not auto_map or not model.trust_remote_code:
         return
@@ -148,11 +176,18 @@ def _note_remote_code(model: ModelConfig, checkpoint: Path, report: InputReport)
     )
 
 
+def _known_architecture(model_type: str | None) -> bool:
+    """Whether transformers has its own classes for `model_type` (then it ignores a checkpoint's auto_map)."""
+    from transformers import CONFIG_MAPPING
+
+    return bool(model_type) and model_type in CONFIG_MAPPING
+
+
 def _check_data(data: DataConfig, report: InputReport, where: str = "data.path") -> list[Problem] | None:
     """Read a local (or synthetic) source in full, as the run's first task would: its problems after the data
     filters that need no tokenizer (None: not read here, or unreadable, which is a problem)."""
     if data.source == "synthetic":
-        report.notes.append("data: the built-in synthetic task")
+        report.notes.append(f"data: the built-in synthetic task {data.synthetic.task}")
         return read_problems(data).problems  # generated in a fraction of a second: its splits are checked too
     assert data.path  # the config requires it for every other source
     if data.source == "s3":
@@ -206,3 +241,8 @@ def _check_splits(data: DataConfig, problems: list[Problem], held: list[Problem]
     report.notes.append(
         f"data: splits sft {len(splits.sft)}, train {len(splits.train)}, eval {len(splits.eval)}{unused}{later}"
     )
+    if held is None and len(splits.eval) < data.eval_size:  # a cap not reached: said, so 13 is not read as 400
+        report.notes.append(
+            f"note: data.eval_size={data.eval_size} is a cap: {len(splits.eval)} of {len(problems)} problems are held "
+            f"out (data.eval_fraction={data.eval_fraction} by problem key); raise data.eval_fraction to hold out more"
+        )

@@ -9,11 +9,13 @@ from essaflow.config import EvalConfig, SamplingConfig
 from essaflow.judging.config import GateConfig
 from essaflow.refs import ChampionRef, DatasetRef, RunRef
 from essaflow.runs.scoring import score_champion
+from tasks.failures import masked_errors
 from tasks.retry import retry_policy
 from tasks.run import record_stage
 
 
 @task(name="evaluate_champion", task_run_name="evaluate-champion", **retry_policy(), on_completion=[record_stage])
+@masked_errors
 def evaluate_champion(
     registry: GateConfig, eval_cfg: EvalConfig, sampling: SamplingConfig, dataset: DatasetRef, run: RunRef
 ) -> ChampionRef | None:

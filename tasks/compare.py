@@ -24,10 +24,12 @@ from essaflow.runs.comparison import (
 )
 from essaflow.runs.journal import Journal
 from essaflow.secrets import scrub
+from tasks.failures import masked_errors
 from tasks.retry import retry_policy
 
 
 @task(name="open_comparison", task_run_name="open_comparison", **retry_policy(retries=0))
+@masked_errors
 def open_comparison(cfg: CompareConfig, stages: int = 0) -> RunRef:
     """Storage and MLflow reachable (else fail before compute), then the parent MLflow run. `stages`: how many
     stages the flow reports (the terminal's stage counter)."""
@@ -39,18 +41,21 @@ def open_comparison(cfg: CompareConfig, stages: int = 0) -> RunRef:
 
 
 @task(name="open_arm", task_run_name="open-{arm.name}", **retry_policy(backoff_s=1))
+@masked_errors
 def open_arm(parent: RunRef, arm: Arm) -> RunRef:
     """The arm's child MLflow run (nested under the parent; a retry finds the same one) and its storage prefix."""
     return open_arm_run(parent, arm)
 
 
 @task(name="close_arm", task_run_name="close-{arm.name}", **retry_policy(backoff_s=1))
+@masked_errors
 def close_arm(run: RunRef, arm: Arm, tuned: AdapterRef, after: EvalRef, start: EvalRef) -> ArmResult:
     """The arm's measurements from storage (per-problem counts, the trainer's rows); the child run finished."""
     return close_arm_run(run, arm, tuned, after, start)
 
 
 @task(name="write_report", task_run_name="write_report", **retry_policy(backoff_s=1))
+@masked_errors
 def write_report(cfg: CompareConfig, parent: RunRef, start: EvalRef, arms: list[ArmResult]) -> dict[str, Any]:
     """Tables, claims, gate verdicts, projection and figures: to storage (runs/<id>/report/), to the parent MLflow
     run (report/), and as Prefect artifacts; the parent run finished. Returns the report's JSON."""

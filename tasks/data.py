@@ -20,6 +20,7 @@ from essaflow.refs import DatasetRef, RunRef
 from essaflow.runs.dataset import publish_run_data
 from essaflow.storage import MANIFEST, StorageError, open_store
 from essaflow.tracking.datasets import log_dataset_inputs
+from tasks.failures import masked_errors
 from tasks.retry import retry_policy
 from tasks.run import record_stage
 
@@ -79,6 +80,7 @@ def _still_stored(result_store: Any, key: str) -> bool:
     **retry_policy(retries=3),
     on_completion=[record_stage],
 )
+@masked_errors
 def prepare_dataset(
     data: DataConfig,
     storage_uri: str,
@@ -92,6 +94,7 @@ def prepare_dataset(
 
 
 @task(name="record_dataset", task_run_name="record_dataset", **retry_policy(retries=3))
+@masked_errors
 def record_dataset(run: RunRef, dataset: DatasetRef) -> None:
     """The snapshot the run read, as the MLflow run's dataset inputs (with its digest) and tags."""
     log_dataset_inputs(tracking.tracked(run), dataset)

@@ -10,11 +10,13 @@ from essaflow.refs import AdapterRef, DatasetRef, EvalRef, RunRef
 from essaflow.runs.scoring import eval_table, evaluate_alias, evaluate_on_eval_split
 from essaflow.tracking import resolve_tracking_uri
 from essaflow.tracking.aliases import registered_version
+from tasks.failures import masked_errors
 from tasks.retry import retry_policy
 from tasks.run import record_stage
 
 
 @task(name="evaluate", task_run_name="evaluate-{label}", **retry_policy(), on_completion=[record_stage])
+@masked_errors
 def evaluate_pass_at_k(
     data: DataConfig, model: ModelConfig, sampling: SamplingConfig, eval_cfg: EvalConfig, dataset: DatasetRef,
     adapter: AdapterRef | None, label: str, run: RunRef,
@@ -34,6 +36,7 @@ def evaluate_pass_at_k(
     **retry_policy(),
     on_completion=[record_stage],
 )
+@masked_errors
 def evaluate_registered(
     model_name: str, alias: str, dataset: DatasetRef, eval_cfg: EvalConfig, sampling: SamplingConfig, run: RunRef
 ) -> EvalRef:
@@ -44,6 +47,7 @@ def evaluate_registered(
 
 
 @task(name="check_registered", task_run_name="check-{model_name}-{alias}", **retry_policy(retries=0))
+@masked_errors
 def check_registered(model_name: str, alias: str, tracking_uri: str | None) -> str:
     """The version `models:/<name>@<alias>` names, before a run opens or a dataset is prepared: a model or alias
     the registry lacks fails at once (TrackingError, no retry), naming what it holds."""

@@ -7,14 +7,34 @@ the job's last JSON line; the flow's failure hook logs the same line and tags th
 
 from __future__ import annotations
 
+import functools
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from prefect.logging.configuration import ensure_logging_setup
 
 from essaflow.runs.failure import describe
 from essaflow.runs.journal import Journal, StageFailure
-from essaflow.secrets import mask_log_handlers, scrub
+from essaflow.secrets import mask_log_handlers, scrub, scrub_exception
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def masked_errors(fn: F) -> F:
+    """Under a task's @task: an exception leaves the task with URI user-info and secret values masked along its
+    chain, before Prefect turns its message into the task run's state (stored in Prefect's database, where no log
+    filter reaches) and its retry condition and hooks see it."""
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except Exception as e:
+            scrub_exception(e)
+            raise
+
+    return run  # type: ignore[return-value]
 
 
 def record(

@@ -9,10 +9,12 @@ from essaflow import tracking
 from essaflow.artifacts import check_storage, storage_uri_for
 from essaflow.retention import GCPlan, RetentionConfig, plan_gc, registered_references, sweep, tracked_runs
 from essaflow.storage import open_store
+from tasks.failures import masked_errors
 from tasks.retry import retry_policy
 
 
 @task(name="plan_gc", task_run_name="plan_gc", **retry_policy())
+@masked_errors
 def plan(retention: RetentionConfig) -> GCPlan:
     """What goes and what stays. The registry is read before the store is listed, and a registry that cannot be
     read fails the task: nothing is deleted without knowing what the registered versions need."""
@@ -32,6 +34,7 @@ def plan(retention: RetentionConfig) -> GCPlan:
 
 
 @task(name="sweep", task_run_name="sweep", **retry_policy())
+@masked_errors
 def delete(gc_plan: GCPlan) -> int:
     """Delete what the plan lists (a retry deletes what is left); the bytes freed."""
     return sweep(open_store(gc_plan.storage_uri), gc_plan)

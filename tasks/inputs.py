@@ -16,11 +16,13 @@ from essaflow.runs.closing import close_skipped_run
 from essaflow.runs.journal import Journal
 from essaflow.runs.skip import compare_inputs
 from essaflow.runs.summary import skipped_markdown
+from tasks.failures import masked_errors
 from tasks.retry import retry_policy
 from tasks.run import record_stage
 
 
 @task(name="check_inputs", task_run_name="check_inputs", **retry_policy(backoff_s=1), on_completion=[record_stage])
+@masked_errors
 def check_run_inputs(config: PipelineConfig, dataset: DatasetRef, run: RunRef, may_skip: bool) -> RunInputs:
     """The run's inputs as MLflow tags; with `may_skip` (not forced, not a resume), whether the last completed run
     of the pipeline had the same ones."""
@@ -31,6 +33,7 @@ def check_run_inputs(config: PipelineConfig, dataset: DatasetRef, run: RunRef, m
 
 
 @task(name="skip_run", task_run_name="skip_run", **retry_policy(backoff_s=1))
+@masked_errors
 def skip_run(run: RunRef, checked: RunInputs) -> SkippedRun:
     """End a run with nothing new: MLflow run FINISHED and tagged skipped with the reason, a Prefect artifact."""
     journal = Journal(str(run.flow_run_id))

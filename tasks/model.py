@@ -10,6 +10,7 @@ from prefect import get_run_logger, task
 from essaflow.config import ModelConfig
 from essaflow.refs import ModelRef
 from essaflow.timing import Timer
+from tasks.failures import masked_errors
 from tasks.retry import retry_policy
 from tasks.run import record_stage
 
@@ -34,6 +35,7 @@ def _digest(path: str, revision: str | None) -> str:
     **retry_policy(),
     on_completion=[record_stage],
 )
+@masked_errors
 def build_base_model(model: ModelConfig) -> ModelRef:
     """The base checkpoint on this machine (built or downloaded once, then cached)."""
     timer = Timer()

@@ -24,7 +24,8 @@ def notify(stage: str, done: float, total: float, note: str = "") -> None:
 class StageProgress:
     """Percent complete of one stage, throttled to about one update per `every_s` seconds."""
 
-    def __init__(self, stage: str, total: int, every_s: float = 2.0):
+    def __init__(self, stage: str, total: int, every_s: float = 5.0):
+        # each update is a call to Prefect's API from inside the stage; the terminal's bars still see every step
         self.stage, self.total, self.every_s = stage, max(int(total), 1), every_s
         self._last = 0.0
         self._artifact = create_progress_artifact(0.0, key=f"{stage.replace('_', '-')}-progress", description=stage)

@@ -9,11 +9,13 @@ from prefect.artifacts import create_markdown_artifact
 from essaflow.config import PipelineConfig
 from essaflow.refs import AdapterRef, ChampionRef, DatasetRef, EvalRef, ModelRef, RegisteredRef, RunRef
 from essaflow.runs.registration import Candidate, register_candidate
+from tasks.failures import masked_errors
 from tasks.retry import retry_policy
 from tasks.run import record_stage
 
 
 @task(name="register", task_run_name="register", **retry_policy(retries=3), on_completion=[record_stage])
+@masked_errors
 def register(
     config: PipelineConfig, dataset: DatasetRef, base: ModelRef, adapter: AdapterRef, before: EvalRef,
     after: EvalRef, champion: ChampionRef | None, run: RunRef,

@@ -20,6 +20,7 @@ from essaflow.runs.journal import Journal
 from essaflow.runs.opening import FlowRun, open_pipeline_run
 from essaflow.runs.summary import FinishedRun, passk_rows, summary_markdown
 from essaflow.secrets import safe_uri, scrub
+from tasks.failures import masked_errors
 from tasks.progress import notify
 from tasks.retry import retry_policy
 
@@ -50,6 +51,7 @@ def this_flow_run() -> FlowRun:
 
 
 @task(name="open_run", task_run_name="open_run", **retry_policy(retries=0), on_completion=[record_stage])
+@masked_errors
 def open_run(config: PipelineConfig, resume: str | None = None, stages: int = 0) -> RunRef:
     """Preflight before any compute, the run's lease and record, then the MLflow run (essaflow/runs/opening.py).
 
@@ -74,6 +76,7 @@ def open_run(config: PipelineConfig, resume: str | None = None, stages: int = 0)
 
 
 @task(name="close_run", task_run_name="close_run", **retry_policy(backoff_s=1))
+@masked_errors
 def close_run(
     run: RunRef, dataset: DatasetRef, base: ModelRef, sft: AdapterRef, adapter: AdapterRef, before: EvalRef,
     after: EvalRef, model: RegisteredRef,

@@ -15,12 +15,14 @@ from prefect import task
 from essaflow.config import DataConfig, ModelConfig, PipelineConfig, SFTConfig
 from essaflow.refs import AdapterRef, DatasetRef, RunRef
 from essaflow.training.stages import planned_steps, progress_note, train_stage, warm_start_stage
+from tasks.failures import masked_errors
 from tasks.progress import StageProgress
 from tasks.retry import retry_policy
 from tasks.run import record_stage
 
 
 @task(name="warm_start", task_run_name="warm_start", **retry_policy(), on_completion=[record_stage])
+@masked_errors
 def warm_start(
     data: DataConfig, model: ModelConfig, sft: SFTConfig, adapter_uri: str | None, dataset: DatasetRef, run: RunRef
 ) -> AdapterRef:
@@ -30,6 +32,7 @@ def warm_start(
 
 
 @task(name="train", task_run_name="train", **retry_policy(backoff_s=5), on_completion=[record_stage])
+@masked_errors
 def train_adapter(config: PipelineConfig, dataset: DatasetRef, sft: AdapterRef, run: RunRef) -> AdapterRef:
     """ESSA or F-GRPO from the SFT adapter (essaflow.training.run.train_method); checkpoints go to storage as
     written, the progress to a Prefect progress artifact.

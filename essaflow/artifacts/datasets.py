@@ -19,9 +19,11 @@ SPLITS = ("sft", "train", "eval")
 
 
 def dataset_name(data: DataConfig) -> str:
-    """A readable folder name for the source: synthetic-arith, gsm8k-main, problems (from problems.jsonl)."""
+    """A readable folder name for the source: synthetic-arith (synthetic-countdown, synthetic-programs), gsm8k-main,
+    problems (from problems.jsonl)."""
     if data.source == "synthetic":
-        return "synthetic-arith"
+        task = data.synthetic.task
+        return "synthetic-arith" if task == "arithmetic" else f"synthetic-{task}"
     raw = (data.path or data.source).rstrip("/")
     base = raw.split("/")[-1].split("?")[0]
     base = base.split(".")[0] if data.source in ("file", "s3") else base

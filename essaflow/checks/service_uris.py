@@ -19,6 +19,8 @@ _NAME_FORBIDDEN = ("/", ":")
 TRACKING_SCHEMES = ("http", "https", "sqlite", "postgresql", "mysql", "mssql", "databricks", "databricks-uc")
 #: `host:port` written without a scheme (urlsplit would read `host` as the scheme)
 _HOST_PORT = re.compile(r"[A-Za-z0-9.-]+:\d+(/.*)?")
+#: `htp:/x`: a scheme and one slash, a mistyped URI (a Windows path `C:\x` has no slash after the colon)
+_ONE_SLASH_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:/[^/]")
 #: what any S3 endpoint takes in a bucket name (AWS is stricter: 3-63 lowercase letters, digits, '.', '-')
 _BUCKET = re.compile(r"[A-Za-z0-9._-]+")
 
@@ -63,6 +65,8 @@ def tracking_uri_problem(uri: str) -> str | None:
     if "://" not in uri:
         if _HOST_PORT.fullmatch(uri):
             return f"{uri!r} has no scheme: write http://{uri}"
+        if _ONE_SLASH_SCHEME.match(uri):  # htp:/x, http:/host: a scheme with one slash, not a directory
+            return f"{_short(uri)} is malformed: a scheme is followed by '://'; {fix}"
         return f"{_short(uri)} is a directory (MLflow's file store), which cannot hold a model registry; {fix}"
     try:
         parts = urlsplit(uri)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, get_args
 
 from pydantic import Field, field_validator, model_validator
 
@@ -51,15 +51,68 @@ def source_path_problem(source: str, path: str | None, where: str = "data") -> s
     return None
 
 
-class SyntheticTaskConfig(StrictConfig):
-    """The built-in arithmetic task: the embedded default, deterministic by seed."""
+class CountdownTaskConfig(StrictConfig):
+    """Countdown's knobs (essaflow/data/countdown.py): reach a target from the given numbers with + - * /."""
 
+    count: int = Field(3, ge=2, le=6)
+    """How many numbers a problem gives; the generated solution uses each once."""
+    low: int = Field(1, ge=1)
+    """Smallest number given."""
+    high: int = Field(25, ge=1, le=999)
+    """Largest number given."""
+    operators: list[Literal["+", "-", "*", "/"]] = ["+", "-", "*"]
+    """Operators the generated solutions use (the verifier accepts all four in a completion)."""
+    max_target: int = Field(999, ge=1)
+    """Largest target: problems whose solution makes more are redrawn."""
+
+    @model_validator(mode="after")
+    def _range_ordered(self) -> CountdownTaskConfig:
+        if self.low > self.high:
+            raise ValueError("low must be <= high")
+        return self
+
+
+ProgramStep = Literal["+", "-", "*", "//", "%", "abs", "min", "max"]
+"""A step of a programs-from-examples function: x+a, x-a, x*a, x//a, x%a, abs(x), min(x,a), max(x,a)."""
+
+
+class ProgramsTaskConfig(StrictConfig):
+    """Programs from examples' knobs (essaflow/data/programs.py): write f(x) from a few input/output pairs."""
+
+    max_steps: int = Field(2, ge=1, le=3)
+    """Most steps in a function's chain (x*2, then +1: two); longer chains are harder to find."""
+    examples: int = Field(4, ge=1)
+    """Input/output pairs the prompt shows; the other inputs of the domain are the hidden tests."""
+    domain: int = Field(10, ge=2, le=20)
+    """Inputs are 0..domain-1."""
+    kinds: list[ProgramStep] = list(get_args(ProgramStep))
+    """Step kinds a function is built from (each with a small constant, abs without one)."""
+
+    @model_validator(mode="after")
+    def _tests_left(self) -> ProgramsTaskConfig:
+        if self.examples >= self.domain:
+            raise ValueError(f"examples ({self.examples}) must be < domain ({self.domain}): the rest are the tests")
+        return self
+
+
+class SyntheticTaskConfig(StrictConfig):
+    """The built-in tasks, deterministic by seed (docs/tasks.md): arithmetic (the embedded default), Countdown or
+    programs from examples. Only the chosen task's knobs make its problems."""
+
+    task: Literal["arithmetic", "countdown", "programs"] = "arithmetic"
+    """arithmetic: `123+45=` -> `168` (exact_match); countdown: `3 7 25>46:` -> `25+3*7` (countdown);
+    programs: `1>3 2>5 4>9 7>15:` -> `f=lambda x:x*2+1` (code_tests). Pair it with builtin:tiny-<task>
+    (builtin:tiny for arithmetic)."""
     min_digits: int = Field(1, ge=1, le=6)
-    """Fewest digits per operand."""
+    """Arithmetic: fewest digits per operand."""
     max_digits: int = Field(3, ge=1, le=6)
-    """Most digits per operand."""
+    """Arithmetic: most digits per operand."""
     operators: list[Literal["+", "-", "*"]] = ["+", "-"]
-    """Operators drawn uniformly per problem."""
+    """Arithmetic: operators drawn uniformly per problem."""
+    countdown: CountdownTaskConfig = CountdownTaskConfig()
+    """Countdown's knobs."""
+    programs: ProgramsTaskConfig = ProgramsTaskConfig()
+    """Programs from examples' knobs."""
     num_problems: int = Field(6000, ge=10)
     """How many distinct problems to generate before splitting."""
 
@@ -68,6 +121,19 @@ class SyntheticTaskConfig(StrictConfig):
         if self.min_digits > self.max_digits:
             raise ValueError("min_digits must be <= max_digits")
         return self
+
+    def knobs(self) -> dict[str, Any]:
+        """The chosen task's generator arguments (besides num_problems and seed)."""
+        if self.task == "arithmetic":
+            return {"min_digits": self.min_digits, "max_digits": self.max_digits, "operators": self.operators}
+        return getattr(self, self.task).model_dump(mode="json")
+
+    def generator_settings(self) -> dict[str, Any]:
+        """What the problems are a pure function of, besides the seed (the source's fingerprint). Arithmetic's
+        reads as its four fields alone, so its datasets keep their cache keys whatever other tasks add."""
+        if self.task == "arithmetic":
+            return {**self.knobs(), "num_problems": self.num_problems}
+        return {"task": self.task, "num_problems": self.num_problems, **self.knobs()}
 
 
 class HeldOutSourceConfig(StrictConfig):
@@ -111,7 +177,8 @@ class DataConfig(StrictConfig):
     """Where problems come from and how they are split."""
 
     source: Literal["synthetic", "file", "hf", "s3"] = "synthetic"
-    """synthetic: built-in arithmetic; file: local JSONL/JSON/CSV/Parquet files; hf: datasets.load_dataset; s3: s3://."""
+    """synthetic: a built-in task (data.synthetic.task); file: local JSONL/JSON/CSV/Parquet files; hf:
+    datasets.load_dataset; s3: s3://."""
     path: str | None = None
     """A file, a directory of shards or a glob (`shards/*.jsonl`); an HF dataset name or local dataset directory;
     an s3:// object, prefix (`s3://bucket/problems/`) or glob. Shards may mix the supported formats; the run
@@ -151,7 +218,7 @@ class DataConfig(StrictConfig):
     """drop: every copy of a prompt (up to whitespace) that comes with two or more different answers is dropped and
     counted (FGRPO-v2 Tab. 5 dedupes DeepScaleR so). keep: as read; copies share a split either way."""
     synthetic: SyntheticTaskConfig = SyntheticTaskConfig()
-    """Knobs of the built-in arithmetic task."""
+    """The built-in task and its knobs (data.source=synthetic)."""
     sft_fraction: float = Field(0.4, ge=0.0, lt=1.0)
     """Share of problems in the SFT split (disjoint from train/eval, as ESSA's warm start asks)."""
     eval_size: int = Field(256, ge=1)

@@ -8,7 +8,7 @@ changed bytes are a new key, always, and unchanged bytes hit the cache:
 - s3:// (an object, a prefix or a glob): each object's ETag and size (one listing, nothing downloaded);
 - a local HF dataset directory: the SHA-256 of its files;
 - a hub dataset: the commit data.hf_revision resolves to (a repo at a commit is immutable);
-- synthetic: its generator's settings (the generator is a pure function of them).
+- synthetic: its task's generator settings (the generator is a pure function of them).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ READER_VERSION = 3
 def source_fingerprint(cfg: DataConfig) -> str:
     """Short digest of the bytes the source would yield now (``absent`` for a missing local path)."""
     if cfg.source == "synthetic":
-        return digest_of({"synthetic": cfg.synthetic.model_dump(mode="json"), "seed": cfg.seed})
+        return digest_of({"synthetic": cfg.synthetic.generator_settings(), "seed": cfg.seed})
     assert cfg.path
     if cfg.source == "s3":
         return s3_snapshot(cfg.path).digest

@@ -12,7 +12,7 @@ from essaflow.data.readers import Table, rows_table
 from essaflow.data.rows import table_problems
 from essaflow.data.schema import Problem
 from essaflow.data.shards import Snapshot, local_snapshot, read_snapshot, s3_snapshot
-from essaflow.data.synthetic import synthetic_problems
+from essaflow.data.synthetic_tasks import task_problems
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ def read_problems(cfg: DataConfig) -> LoadedProblems:
     snapshot = source_snapshot(cfg)
     if cfg.source == "synthetic":
         s = cfg.synthetic
-        problems = synthetic_problems(s.num_problems, s.min_digits, s.max_digits, s.operators, cfg.seed)
+        problems = task_problems(s.task, s.num_problems, cfg.seed, s.knobs())
         dropped: list[tuple[int, str]] = []
     else:
         problems, dropped = table_problems(read_source(cfg, snapshot), cfg)

@@ -98,7 +98,8 @@ class VLLMScoring:
         usage.forward_tokens += sum(len(p) for p in ids) * len(xs) + generated
         n = len(rows)
         return [
-            float(np.float32(mean_reward(self.reward, texts[k * n : (k + 1) * n], problems))) for k in range(len(xs))
+            float(np.float32(mean_reward(self.reward, texts[k * n : (k + 1) * n], problems, usage)))
+            for k in range(len(xs))
         ]
 
 

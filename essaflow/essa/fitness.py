@@ -29,10 +29,12 @@ from essaflow.usage import Usage
 GRAY_BOX = ("answer_probability", "answer_logprob")
 
 
-def mean_reward(judge: Judge, texts: Sequence[str], problems: Sequence[Problem]) -> float:
+def mean_reward(judge: Judge, texts: Sequence[str], problems: Sequence[Problem], usage: Usage) -> float:
     """The accuracy fitness of decoded completions: their mean reward (not thresholded: a graded reward's partial
-    credit counts, ESSA-v3 sec. 3.2's black-box reward)."""
-    return judge.score(list(texts), list(problems)).mean()
+    credit counts, ESSA-v3 sec. 3.2's black-box reward); the reward's components are tallied into `usage`."""
+    scores = judge.score(list(texts), list(problems))
+    usage.components.add_scores(scores.components, len(scores.rewards))
+    return scores.mean()
 
 
 class MinibatchFitness:
@@ -63,7 +65,7 @@ class MinibatchFitness:
         generated = int(r.completion_mask.sum())
         usage.generated_tokens += generated
         usage.forward_tokens += int(r.prompt_mask.sum()) + generated
-        return mean_reward(self.reward, r.texts, [self.problems[i] for i in prompt_idx for _ in range(m)])
+        return mean_reward(self.reward, r.texts, [self.problems[i] for i in prompt_idx for _ in range(m)], usage)
 
     def answer_tokens(self) -> list[tuple[list[int], list[int]]]:
         """(prompt ids, answer ids + EOS) of every training prompt, tokenized once: the prompt as generation feeds

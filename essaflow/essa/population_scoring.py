@@ -82,7 +82,8 @@ class PopulationScoring:
         usage.forward_tokens += int(r.prompt_mask.sum()) + generated
         problems = [self.fitness.problems[i] for i in rows]
         n = len(rows)
-        return [mean_reward(self.fitness.reward, r.texts[c * n : (c + 1) * n], problems) for c in range(count)]
+        reward = self.fitness.reward
+        return [mean_reward(reward, r.texts[c * n : (c + 1) * n], problems, usage) for c in range(count)]
 
     def decode(self, ids: torch.Tensor, mask: torch.Tensor, place: torch.Tensor, seed: int) -> torch.Tensor:
         """One batch's completion ids: greedy as `TransformersGenerator.rollout` decodes, or keyed sampling."""

@@ -8,8 +8,8 @@ worker the driver makes one call, `(generation, start, stop)`: score the candida
 share). The worker's first call of a generation also carries the previous generation's fitness of the candidates
 it did not score itself (float32 bytes, in index order; it kept its own): the replica rebuilds the vector, applies
 the identical `tell`, then draws the next minibatch and `ask`s. The answer is `(start, the share's fitness as
-float32 bytes, replica digest, what scoring cost: essaflow.usage, 12 bytes)`. No vector and no prompt index
-travels.
+float32 bytes, replica digest, what scoring cost: essaflow.usage, 12 bytes, plus the reward components' sums when
+the reward returns components)`. No vector and no prompt index travels.
 
 Agreement proof: `state_digest` of the replica, 8 bytes of sha256 over the mean, the generation's candidates,
 prompt indices and sampling seed (a different RNG, step size or covariance shows in the candidates, a different

@@ -77,6 +77,9 @@ class GenerationMetrics:
     per_node: dict[str, int] | None = None
     eval_greedy: float | None = None
     stopped_early: bool | None = None
+    reward_components: dict[str, float] | None = None
+    """Mean of each named reward component over the generation's judged completions, every candidate's (rows
+    `reward.<name>`; absent when the reward returns a number or the fitness is gray-box)."""
 
     @classmethod
     def of(cls, generation: int, fitness: np.ndarray, stats: GenerationStats, strategy, wall_s: float):
@@ -107,10 +110,12 @@ class GenerationMetrics:
             nodes_active=len(stats.per_node),
             per_worker=stats.per_worker,
             per_node=per_node,
+            reward_components=stats.usage.components.means() or None,
         )
 
     def as_row(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v is not None}
+        row = {k: v for k, v in asdict(self).items() if v is not None and k != "reward_components"}
+        return row | {f"reward.{name}": v for name, v in (self.reward_components or {}).items()}
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """Several completions per prompt from one prefill: each prompt's keys and values are computed once and its cache
 rows are then copied out to the prompt's completions, which decode side by side (what vLLM's prefix cache gives its
-engine). GRPO's rollout on the transformers engine draws its G samples per prompt this way (`grpo.rollout`), and the
+engine). On the transformers engine GRPO's rollout draws its G samples per prompt this way (`grpo.rollout`), as
+pass@k evaluation draws its n per problem (`TransformersGenerator.rollout_groups`, eval.shared_prompt), and the
 policy's log-prob forward computes each group's prompt once with the same `prefill` (`grpo.logprobs`).
 
 Positions and masks are those of per-row decoding of left-padded prompts (HF `generate`), and every row stops at

@@ -1,7 +1,8 @@
 """Generation behind one interface: `generate(prompts, n, temperature, top_p, max_new_tokens, seed)`.
 
 The transformers backend batches everything (the tiny model runs ~50x faster at batch 512 than at batch 1),
-pads on the left, uses the KV cache and stops at every EOS id (generation_config's and the tokenizer's). Prompts arrive
+pads on the left, uses the KV cache and stops at every EOS id (generation_config's and the tokenizer's); n samples of
+one prompt come from one prefill of it (`shared_prompt`, eval.shared_prompt). Prompts arrive
 raw; each generator renders them with its `PromptFormat` (chat template, system prompt, BOS once:
 essaflow/generation/prompt_format.py). The vLLM backend (`vllm_engine.py`) serves evaluation, ESSA scoring and GRPO
 rollouts alike when `sampling.backend` resolves to it; it is imported lazily so machines without it never need it.
@@ -18,6 +19,8 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from essaflow.generation.config import DEFAULT_MAX_NEW_TOKENS, VLLMConfig
+from essaflow.generation.group_decode import Pick, decode_groups
+from essaflow.generation.keyed_sampling import GumbelSampler, hash_keys
 from essaflow.generation.prompt_format import PromptFormat, left_pad, prompt_ids, stop_ids
 from essaflow.generation.vllm_engine import shared_engine
 
@@ -155,8 +158,27 @@ class _TextsFromSamples:
         return self.sample(prompts, n, temperature, top_p, max_new_tokens, seed).texts
 
 
+def keyed_pick(row_keys: torch.Tensor, temperature: float, top_p: float) -> Pick:
+    """`decode_groups`' choice rule: the argmax at temperature 0, else Gumbel-max with row r's noise keyed by
+    row_keys[r] (keyed_sampling.py)."""
+    if temperature == 0:
+        return lambda t, logits, live: logits.argmax(dim=-1)
+    noisy = GumbelSampler(row_keys, 0, temperature, top_p).scores_at
+    return lambda t, logits, live: noisy(t, logits, live).argmax(dim=-1)
+
+
+def right_pad_cat(pieces: list[torch.Tensor], pad_id: int) -> torch.Tensor:
+    """Batches of completion ids (each as wide as its longest row) as one tensor, right-padded to the widest."""
+    width = max(p.shape[1] for p in pieces)
+    return torch.cat([torch.nn.functional.pad(p, (0, width - p.shape[1]), value=pad_id) for p in pieces])
+
+
 class TransformersGenerator(_TextsFromSamples):
-    """Batched HF `generate` on CPU or GPU: raw prompts formatted by `fmt`, stopping at every EOS id."""
+    """Batched HF `generate` on CPU or GPU: raw prompts formatted by `fmt`, stopping at every EOS id.
+
+    shared_prompt (eval.shared_prompt): `sample` draws n > 1 completions per prompt from one prefill of it
+    (`rollout_groups`) instead of generating each from its own copy of the prompt (`rollout`).
+    """
 
     def __init__(
         self,
@@ -164,12 +186,14 @@ class TransformersGenerator(_TextsFromSamples):
         tokenizer: PreTrainedTokenizerBase,
         batch_size: int = 512,
         fmt: PromptFormat | None = None,
+        shared_prompt: bool = True,
     ):
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.fmt = fmt if fmt is not None else PromptFormat()
         self.stop = model_stop_ids(model, tokenizer)
+        self.shared_prompt = shared_prompt
 
     @torch.no_grad()
     def rollout(
@@ -203,11 +227,45 @@ class TransformersGenerator(_TextsFromSamples):
                 synced_gpus=False,  # each rank decodes alone, also on FSDP ranks (whole weights while decoding)
             )
             outs.append(gen[:, ids.shape[1] :].cpu())
-        width = max(o.shape[1] for o in outs)
-        completion = torch.cat(
-            [torch.nn.functional.pad(o, (0, width - o.shape[1]), value=tok.pad_token_id) for o in outs]
-        )
-        return to_rollout(tok, enc, completion, self.stop)
+        return to_rollout(tok, enc, right_pad_cat(outs, tok.pad_token_id), self.stop)
+
+    @torch.no_grad()
+    def rollout_groups(
+        self,
+        prompts: list[str],
+        n: int,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+        seed: int = 0,
+    ) -> Rollout:
+        """n completions per raw prompt (prompt i owns rows i*n .. i*n+n-1). The rows are cut into batches of
+        batch_size; a batch prefills each of its prompts once and decodes their rows side by side from copies of the
+        prompt's KV cache (group_decode.py).
+
+        Row (i, j) is drawn by Gumbel-max with noise keyed by (seed, i, j) (keyed_sampling.py): the distribution
+        `rollout` samples, on a random stream of its own that no batch size or neighbouring row changes.
+        Temperature 0 takes the argmax, as `rollout` does. Logits processors a checkpoint's generation_config
+        adds (a repetition penalty) are not applied: the draw is softmax(logits / T) under top-p.
+        """
+        tok, device = self.tokenizer, next(self.model.parameters()).device
+        enc = encode_prompts(tok, prompts, self.fmt)
+        owner = torch.arange(len(prompts)).repeat_interleave(n)  # the prompt of each row
+        row_keys = hash_keys(seed, owner, torch.arange(n).repeat(len(prompts)))
+        outs = []
+        for start in range(0, len(owner), self.batch_size):
+            rows = owner[start : start + self.batch_size]
+            first, last = int(rows[0]), int(rows[-1]) + 1
+            mask = enc["attention_mask"][first:last]
+            width = int(mask.sum(dim=1).max())  # columns left of it are padding in every prompt of the batch
+            ids, mask = enc["input_ids"][first:last, -width:].to(device), mask[:, -width:].to(device)
+            pick = keyed_pick(row_keys[start : start + len(rows)], temperature, top_p)
+            completion = decode_groups(
+                self.model, ids, mask, (rows - first).to(device), pick, max_new_tokens, self.stop, tok.pad_token_id
+            )
+            outs.append(completion.cpu())
+        completion = right_pad_cat(outs, tok.pad_token_id)
+        return to_rollout(tok, {k: v[owner] for k, v in enc.items()}, completion, self.stop)
 
     def sample(
         self,
@@ -218,8 +276,10 @@ class TransformersGenerator(_TextsFromSamples):
         max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
         seed: int = 0,
     ) -> Samples:
-        expanded = [p for p in prompts for _ in range(n)]
-        r = self.rollout(expanded, temperature, top_p, max_new_tokens, seed)
+        if self.shared_prompt and n > 1:
+            r = self.rollout_groups(prompts, n, temperature, top_p, max_new_tokens, seed)
+        else:
+            r = self.rollout([p for p in prompts for _ in range(n)], temperature, top_p, max_new_tokens, seed)
         rows = range(len(prompts))
         return Samples([r.texts[i * n : (i + 1) * n] for i in rows], [r.truncated[i * n : (i + 1) * n] for i in rows])
 
@@ -229,7 +289,9 @@ class VLLMGenerator(_TextsFromSamples):
 
     Prompts are rendered and tokenised by `prompt_format` with the checkpoint's own HF tokenizer and handed to
     vLLM as token ids; the returned ids are decoded with that tokenizer, as the transformers engine decodes, so
-    both engines see identical prompts and produce comparable texts; every EOS id is a stop id.
+    both engines see identical prompts and produce comparable texts; every EOS id is a stop id. shared_prompt
+    (eval.shared_prompt): requests read the engine's prefix cache, so the n copies of a prompt reuse its cached
+    KV blocks.
     """
 
     def __init__(
@@ -241,6 +303,7 @@ class VLLMGenerator(_TextsFromSamples):
         adapter_dir: str | None = None,
         lora_rank: int = 8,
         tokenizer: PreTrainedTokenizerBase | None = None,
+        shared_prompt: bool = True,
     ):
         from transformers import AutoTokenizer, GenerationConfig
 
@@ -253,6 +316,7 @@ class VLLMGenerator(_TextsFromSamples):
         self.fmt = fmt if fmt is not None else PromptFormat()
         self.engine = shared_engine(model_dir, dtype, cfg or VLLMConfig(), lora_rank)
         self.lora = self.engine.adapter(adapter_dir) if adapter_dir else None
+        self.shared_prompt = shared_prompt
 
     def sample(
         self,
@@ -266,7 +330,9 @@ class VLLMGenerator(_TextsFromSamples):
         ids = prompt_ids(self.tokenizer, prompts, self.fmt)
         expanded = [p for p in ids for _ in range(n)]
         seeds = [hash((seed, i)) & 0x7FFFFFFF for i in range(len(expanded))]  # one stream per completion
-        outs = self.engine.generate(expanded, temperature, top_p, max_new_tokens, self.stop, seeds, self.lora)
+        outs = self.engine.generate(
+            expanded, temperature, top_p, max_new_tokens, self.stop, seeds, self.lora, prefix_cache=self.shared_prompt
+        )
         texts = self.tokenizer.batch_decode([o.token_ids for o in outs], skip_special_tokens=True)
         rows = range(len(prompts))
         return Samples(

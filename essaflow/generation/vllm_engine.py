@@ -8,9 +8,14 @@ produce comparable texts. Every EOS id is a stop id; a completion that stops kee
 
 The engine runs in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`, threads left unpinned): no spawned engine
 core, so no `__main__` guard is needed, weights can be loaded into the served model directly (GRPO full-parameter
-sync), and a Ray actor or a Ray Train rank holds its engine like any other object. The prefix cache is off: ESSA's
-candidates share prompts but not weights, and a KV block cached under one candidate's adapter must never serve
-another's (docs/engines.md).
+sync), and a Ray actor or a Ray Train rank holds its engine like any other object.
+
+The prefix cache is on, and each call says whether its requests read it (`generate(prefix_cache=...)`). Evaluation
+reads it (eval.shared_prompt): the n samples of a problem reuse its prompt's KV blocks. ESSA scoring and GRPO rollouts
+do not: a fitness or a rollout must not depend on which blocks an earlier batch left in the cache (a cached block
+and a fresh computation agree only up to float rounding), so a candidate scores the same on every replica and a
+resumed run draws what an uninterrupted one drew. vLLM keys a block by its adapter as well as its tokens, so a
+block cached under one candidate's adapter never serves another's (docs/engines.md).
 
 LoRA: vLLM serves ranks 1, 8, 16, 32, 64, ...; `write_lora_adapter` pads a peft model's factors with zero rows and
 columns up to the next served rank and folds peft's scaling into B, so the padded adapter computes the same
@@ -144,7 +149,7 @@ class VLLMEngine:
             dtype=dtype,
             seed=seed,
             enable_lora=lora,
-            enable_prefix_caching=False,  # candidates share prompts, not weights (module doc)
+            enable_prefix_caching=True,  # read per request: evaluation only (module doc)
             skip_tokenizer_init=True,  # ids in, ids out: the caller's HF tokenizer renders and decodes
             enforce_eager=cfg.enforce_eager,
             gpu_memory_utilization=cfg.gpu_memory_utilization,
@@ -185,15 +190,18 @@ class VLLMEngine:
         seeds: Sequence[int] | None = None,
         adapters: Sequence[Any] | Any = None,
         logprobs: bool = False,
+        prefix_cache: bool = False,
     ) -> list[Completion]:
-        """One completion per prompt (token ids), each with its own seed and adapter (or one for all)."""
+        """One completion per prompt (token ids), each with its own seed and adapter (or one for all). prefix_cache:
+        the requests reuse KV blocks the engine cached for the same prompt tokens and adapter (evaluation); off,
+        every prompt is computed afresh (ESSA scoring, GRPO rollouts: module doc)."""
         from vllm import SamplingParams
 
         def params(seed: int | None) -> Any:
             return SamplingParams(
                 n=1, temperature=temperature, top_p=top_p, top_k=0 if temperature > 0 else -1, seed=seed,
                 max_tokens=max_new_tokens, stop_token_ids=list(stop), detokenize=False,
-                logprobs=0 if logprobs else None,
+                logprobs=0 if logprobs else None, skip_reading_prefix_cache=not prefix_cache,
             )  # fmt: skip
 
         sampling = [params(s) for s in seeds] if seeds is not None else params(None)

@@ -95,11 +95,12 @@ class GRPOConfig(StrictConfig):
     model.dtype; the factors are the float32 masters). The loss is the same either way (docs/algorithms.md)."""
     shared_prompt: bool = True
     """Compute each group's prompt once: the rollout prefills it once and decodes its G completions from the shared
-    KV cache (transformers engine; vLLM's prefix cache does this on its own), and the policy's log-prob forward (the
-    reference's, the old policy's) runs it once, the G completions attending to its cache copied G times. The same
-    samples and log-probs up to float rounding, so the same gradients within float tolerance; off: every sample
-    carries its own copy of the prompt (the per-row path). With activation_checkpointing the policy's gradient
-    forward stays per row (a recomputed layer would append to the cache a second time)."""
+    KV cache (transformers engine; vLLM rollouts compute every prompt, reading no prefix cache: docs/engines.md), and
+    the policy's log-prob forward (the reference's, the old policy's) runs it once, the G completions attending to
+    its cache copied G times. The same samples and log-probs up to float rounding, so the same gradients within
+    float tolerance; off: every sample carries its own copy of the prompt (the per-row path). With
+    activation_checkpointing the policy's gradient forward stays per row (a recomputed layer would append to the
+    cache a second time)."""
     activation_checkpointing: bool = False
     """Recompute each decoder layer's activations in backward instead of storing them (less memory, about one
     more forward of compute); the same gradients either way."""

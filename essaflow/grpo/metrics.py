@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 
 import torch
+import torch.distributed as dist
 
 from essaflow.grpo.advantages import GroupAdvantages
 from essaflow.grpo.losses import LossOutput
@@ -54,6 +55,9 @@ class StepSums:
     """Sum over sampled tokens of |trainer - engine| log-probability (vLLM rollouts; grpo/engine.py)."""
     gap_tokens: float = 0.0
     """Tokens that sum covers (0: the transformers engine sampled, no gap to report)."""
+    reward_parts: dict[str, float] = field(default_factory=dict)
+    """Sum of each named reward component over the batch's completions (summed apart from the fields above: its
+    names come from the reward)."""
 
     @classmethod
     def of(cls, batch: RolloutBatch, adv: GroupAdvantages) -> StepSums:
@@ -73,6 +77,7 @@ class StepSums:
             gen_tokens=float(batch.gen_tokens),
             retried=float(batch.retried_groups),
             truncated=float(batch.truncated.sum()),
+            reward_parts={name: float(col.sum()) for name, col in batch.reward_parts.items()},
         )
 
     @torch.no_grad()
@@ -85,8 +90,23 @@ class StepSums:
         self.loss += out.loss.item() / mini_batches
 
     def all_reduced(self, info: WorkerInfo, comm: CommCounter) -> StepSums:
-        vec = torch.tensor([getattr(self, f.name) for f in fields(self)], dtype=torch.float64)
-        return StepSums(*all_reduce(vec, info, comm).tolist())
+        numbers = [f.name for f in fields(self) if f.name != "reward_parts"]
+        names = component_names(self.reward_parts, info)
+        vec = torch.tensor(
+            [getattr(self, n) for n in numbers] + [self.reward_parts.get(n, 0.0) for n in names], dtype=torch.float64
+        )
+        total = all_reduce(vec, info, comm).tolist()
+        return StepSums(**dict(zip(numbers, total)), reward_parts=dict(zip(names, total[len(numbers) :])))
+
+
+def component_names(parts: dict[str, float], info: WorkerInfo) -> list[str]:
+    """The reward components any rank saw, in one order on every rank (a rank whose completions never returned a
+    component sums 0 for it)."""
+    if info.world_size == 1:
+        return sorted(parts)
+    gathered: list[list[str] | None] = [None] * info.world_size
+    dist.all_gather_object(gathered, sorted(parts))
+    return sorted({n for names in gathered for n in names or []})
 
 
 @dataclass
@@ -128,6 +148,9 @@ class StepMetrics:
     engine_logprob_gap: float | None = None
     """Mean |trainer - engine| log-probability per sampled token, before the step's update (sampling.backend=vllm;
     absent on transformers): ~1e-6 when the engine serves the trainer's weights (grpo/engine.py)."""
+    reward_components: dict[str, float] = field(default_factory=dict)
+    """Mean of each named reward component over the step's completions (rows `reward.<name>`; empty when the
+    reward returns a number)."""
 
     @classmethod
     def from_sums(cls, step: int, s: StepSums) -> StepMetrics:
@@ -154,11 +177,14 @@ class StepMetrics:
             device_s=round(s.device_s, 4),
             wall_s_mean=round(s.wall_s / max(s.ranks, 1.0), 4),
             engine_logprob_gap=s.gap / s.gap_tokens if s.gap_tokens else None,
+            reward_components={name: total / seqs for name, total in s.reward_parts.items()},
         )
 
     def as_row(self) -> dict:
-        """A plain dict (JSON, MLflow), without the held-out figure on steps that did not measure it."""
-        return {k: v for k, v in asdict(self).items() if v is not None}
+        """A flat dict (JSON, MLflow): reward components as `reward.<name>`, without the held-out figure on steps
+        that did not measure it."""
+        row = {k: v for k, v in asdict(self).items() if v is not None and k != "reward_components"}
+        return row | {f"reward.{name}": v for name, v in self.reward_components.items()}
 
 
 @dataclass

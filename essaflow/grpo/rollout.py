@@ -12,84 +12,27 @@ Two properties make distributed training a pure config change and resumption exa
   (seed, step, slot, sample, round, position, token id), not from torch's global RNG. A completion therefore
   does not depend on which other sequences share its batch or worker: 1 and N workers draw the same rollouts,
   and a resumed run draws the same rollouts as an uninterrupted one. Gumbel-max over logits / T (after the
-  top-p filter) is an exact sample of the softmax. (At scale, vLLM's per-request seeds give the same property.)
+  top-p filter) is an exact sample of the softmax (`generation/keyed_sampling.py`; at scale, vLLM's per-request
+  seeds give the same property).
 """
 
 from __future__ import annotations
 
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 import torch
-from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, PreTrainedModel
+from transformers import GenerationConfig, LogitsProcessorList, PreTrainedModel
 
 from essaflow.data.schema import Problem
 from essaflow.generation.group_decode import decode_groups
+from essaflow.generation.keyed_sampling import GumbelSampler, hash_keys
 from essaflow.generation.prompt_format import PromptFormat
 from essaflow.generation.sampling import Rollout, encode_prompts, is_stop, model_stop_ids, to_rollout
 from essaflow.grpo.config import GRPOConfig
 from essaflow.judging.judge import Judge, as_judge
-
-_M32 = 0xFFFFFFFF
-
-
-def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
-    """(x * c) mod 2^32 for int64 tensors holding uint32, without int64 overflow."""
-    return ((x & 0xFFFF) * c + (((x >> 16) * (c & 0xFFFF)) << 16)) & _M32
-
-
-def mix32(x: torch.Tensor | int) -> torch.Tensor:
-    """lowbias32 integer hash (C. Wellons' hash-prospector): a good 32-bit avalanche, vectorised."""
-    x = torch.as_tensor(x, dtype=torch.int64) & _M32
-    x = x ^ (x >> 16)
-    x = _mul32(x, 0x7FEB352D)
-    x = x ^ (x >> 15)
-    x = _mul32(x, 0x846CA68B)
-    return x ^ (x >> 16)
-
-
-def hash_keys(*parts: torch.Tensor | int) -> torch.Tensor:
-    """Fold integer keys (broadcastable tensors or ints) into one uint32 hash per element."""
-    h = mix32(0x9E3779B9)
-    for p in parts:
-        h = mix32(h ^ mix32(torch.as_tensor(p, dtype=torch.int64) + 0x632BE5AB))
-    return h
-
-
-class GumbelSampler(LogitsProcessor):
-    """Turns HF greedy decoding into exact, batch-invariant sampling: argmax(logits / T + Gumbel noise).
-
-    row_keys[b] identifies the sequence (seed, step, slot, sample, round); the noise of position t and token v is a
-    hash of (row_key, t, v), so it is the same in any batch.
-    """
-
-    def __init__(self, row_keys: torch.Tensor, prompt_width: int, temperature: float, top_p: float = 1.0):
-        self.row_keys = row_keys.view(-1, 1)
-        self.prompt_width = prompt_width
-        self.temperature = temperature
-        self.top_p = top_p
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor) -> torch.Tensor:
-        return self.scores_at(input_ids.shape[1] - self.prompt_width, scores)
-
-    def scores_at(self, t: int, scores: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
-        """The noisy tempered scores of completion position t (their argmax is the sample); `rows`: which of the
-        sampler's rows `scores` holds (None: all of them)."""
-        keys = self.row_keys if rows is None else self.row_keys[rows.cpu()]
-        scores = scores / self.temperature
-        if self.top_p < 1.0:
-            sorted_scores, order = scores.sort(dim=-1, descending=True)
-            cum = sorted_scores.softmax(dim=-1).cumsum(dim=-1)
-            drop_sorted = (cum - sorted_scores.softmax(dim=-1)) >= self.top_p  # keep the smallest set reaching top_p
-            drop = drop_sorted.scatter(-1, order, drop_sorted)
-            scores = scores.masked_fill(drop, float("-inf"))
-        vocab = torch.arange(scores.shape[-1], dtype=torch.int64)
-        h = hash_keys(keys.cpu(), t, vocab[None, :])
-        u = (h.double() + 0.5) / 2.0**32
-        gumbel = -torch.log(-torch.log(u))
-        return scores + gumbel.to(device=scores.device, dtype=scores.dtype)
 
 
 @lru_cache(maxsize=8)
@@ -137,6 +80,8 @@ class RolloutBatch:
     retried_groups: int = 0
     engine_logp: torch.Tensor | None = None
     """[B, C] the vLLM engine's log-prob of each completion token (sampling.backend=vllm), for the sync check."""
+    reward_parts: dict[str, torch.Tensor] = field(default_factory=dict)
+    """[groups, G] each named component of the verifier's reward (a reward returning components; empty else)."""
 
     @property
     def group_size(self) -> int:
@@ -236,12 +181,12 @@ def overlong_penalty(lengths: torch.Tensor, max_len: int, buffer: int) -> torch.
 def _draw_groups(
     model, tokenizer, problems, keys, s: GRPOConfig, reward: Judge | str, max_new_tokens: int, fmt: PromptFormat | None,
     engine=None,
-) -> tuple[Rollout, torch.Tensor, torch.Tensor]:  # fmt: skip
+) -> tuple[Rollout, torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:  # fmt: skip
     """Sample G per problem (on `engine`, a grpo.engine.PolicyEngine, when given); returns the draw and [groups, G]
-    correctness and shaped rewards."""
+    correctness, shaped rewards and the reward's named components."""
     g = s.group_size
     row_keys = hash_keys(keys[:, None], torch.arange(g)[None, :]).reshape(-1)
-    if engine is None and s.shared_prompt:  # each prompt prefilled once (vLLM's prefix cache does it there)
+    if engine is None and s.shared_prompt:  # each prompt prefilled once (transformers engine)
         prompts = [p.prompt for p in problems]
         draw = sample_groups(model, tokenizer, prompts, g, row_keys, s.temperature, s.top_p, max_new_tokens, fmt)
     else:
@@ -255,7 +200,8 @@ def _draw_groups(
     lengths = draw.completion_mask.sum(dim=1)
     reward_t = torch.tensor(scores.rewards, dtype=torch.float32)
     shaped = reward_t + s.overlong_penalty * overlong_penalty(lengths, max_new_tokens, s.overlong_buffer)
-    return draw, correct.view(-1, g), shaped.view(-1, g)
+    parts = {name: torch.tensor(col, dtype=torch.float32).view(-1, g) for name, col in scores.components.items()}
+    return draw, correct.view(-1, g), shaped.view(-1, g), parts
 
 
 def collect(
@@ -287,17 +233,16 @@ def collect(
     index = step_prompt_indices(step, s.prompts_per_step, len(train), s.seed)
     problems = [train[index[j]] for j in slots]
     slot_t = torch.tensor(slots, dtype=torch.int64)
-    draw, correct, rewards = _draw_groups(
+    draw, correct, rewards, components = _draw_groups(
         model, tokenizer, problems, hash_keys(s.seed, step, slot_t, 0), s, reward, max_new_tokens, fmt, engine
     )
-    g = s.group_size
     uniform_first = rewards.amax(1) == rewards.amin(1)
     parts = _pieces(draw)
-    rows = torch.arange(len(slots) * g).view(-1, g)  # row index of each (group, sample) into the pieces
-    retried = 0
-    if s.dynamic_sampling:
-        draws = _DrawSet(model, tokenizer, s, reward, max_new_tokens, parts, rows, correct, rewards, fmt, engine)
-        retried = draws.resample_uniform(train, slots, slot_t, step)
+    rows = torch.arange(rewards.numel()).view(rewards.shape)  # row index of each (group, sample) into the pieces
+    draws = _DrawSet(
+        model, tokenizer, s, reward, max_new_tokens, parts, rows, correct, rewards, components, fmt, engine
+    )
+    retried = draws.resample_uniform(train, slots, slot_t, step) if s.dynamic_sampling else 0
     width, prompt_ids, prompt_mask, completion, cmask, engine_logp = _assemble(
         parts, rows.reshape(-1), tokenizer.pad_token_id
     )
@@ -317,6 +262,7 @@ def collect(
         gen_s=time.perf_counter() - start,
         retried_groups=retried,
         engine_logp=engine_logp if engine is not None else None,
+        reward_parts=components,
     )
 
 
@@ -372,6 +318,7 @@ class _DrawSet:
     rows: torch.Tensor
     correct: torch.Tensor
     rewards: torch.Tensor
+    reward_parts: dict[str, torch.Tensor]
     fmt: PromptFormat | None = None
     engine: object = None
 
@@ -387,14 +334,18 @@ class _DrawSet:
             retried += len(todo)
             alt = [train[replacement_index(s.seed, step, slots[i], round_, len(train))] for i in todo]
             keys = hash_keys(s.seed, step, slot_t[todo], round_)
-            d2, c2, r2 = _draw_groups(
+            d2, c2, r2, parts2 = _draw_groups(
                 self.model, self.tokenizer, alt, keys, s, self.reward, self.max_new_tokens, self.fmt, self.engine
             )
             pieces = (d2.prompt_ids, d2.prompt_mask, d2.completion_ids, d2.completion_mask, _engine_logp(d2))
             for name, piece in zip(self.parts, pieces):
                 self.parts[name].append(piece)
+            for name in parts2.keys() - self.reward_parts.keys():  # a component first seen in a retry
+                self.reward_parts[name] = torch.zeros_like(self.rewards)
             for k, i in enumerate(todo):  # keep the newest draw of the slot
                 self.correct[i], self.rewards[i] = c2[k], r2[k]
+                for name, col in self.reward_parts.items():  # a component the retry did not return counts 0
+                    col[i] = parts2[name][k] if name in parts2 else 0.0
                 self.rows[i] = offset + torch.arange(k * g, (k + 1) * g)
             offset += len(todo) * g
         return retried

@@ -32,12 +32,19 @@ class EvalConfig(StrictConfig):
     """Evaluate on at most this many eval problems (None = all)."""
     seed: int = 1234
     """Sampling seed: the same seed before and after training gives a paired comparison."""
+    shared_prompt: bool = True
+    """Compute each problem's prompt once for its n samples. Transformers engine: a batch prefills each prompt once
+    and decodes its samples side by side from copies of its KV cache, drawing them by Gumbel-max keyed by (seed,
+    problem, sample): the distribution of per-sample `generate`, on another random stream (docs/algorithms.md
+    sec. 8.2). vLLM engine: the requests read its prefix cache. Off: every sample prefills its own copy of the
+    prompt (transformers: `generate`, torch's RNG seeded by `seed`)."""
     reward: str = trajectory("auto")
     """Reward used to judge completions: a registered name (exact_match, math_verify, final_number, code_tests), a
     file of yours (`path/to/file.py:function`, relative to the config file, or absolute) or a module
     (`package.module:function`); docs/rewards.md. auto follows the data: math_verify for data.adapter gsm8k or
-    math (symbolic equivalence of the extracted final answer), exact_match for the synthetic task and plain files;
-    the pipeline config resolves it, so runs record the concrete name."""
+    math (symbolic equivalence of the extracted final answer), exact_match for plain files, and for the synthetic
+    source its task's (exact_match, countdown, code_tests); the pipeline config resolves it, so runs record the
+    concrete name."""
     reward_digest: str | None = None
     """SHA-256 of the reward's source (the file that defines it), computed when the config is read (a value given
     is replaced): part of the protocol, so a changed reward re-scores the champion and misses every cache."""

@@ -28,18 +28,21 @@ from essaflow.judging.config import EvalConfig, GateConfig
 from essaflow.judging.evaluation import EvalReport, pass_at_k
 
 PROMOTE, KEEP = "promote", "keep"
+
+
 class GateError(ValueError):
     """The two evaluations cannot be paired (different problems, or no problems at all)."""
 
 
 def protocol_digest(eval_cfg: EvalConfig, sampling: Any) -> str:
-    """Digest of what decides a problem's outcomes: n, the sampling seed, the reward (its name or function, the
-    digest of its source, the correctness threshold, the sandbox of a reward that runs code: a reward file moved
-    elsewhere is the same protocol, one edited is not) and the sampling settings that change completions
-    (temperature, top_p, max_new_tokens); not ks (read off the counts) nor saved samples."""
+    """Digest of what decides a problem's outcomes: n, the sampling seed and its stream (eval.shared_prompt), the
+    reward (its name or function, the digest of its source, the correctness threshold, the sandbox of a reward that
+    runs code: a reward file moved elsewhere is the same protocol, one edited is not) and the sampling settings that
+    change completions (temperature, top_p, max_new_tokens); not ks (read off the counts) nor saved samples."""
     body = {
         "samples_per_problem": eval_cfg.samples_per_problem,
         "seed": eval_cfg.seed,
+        "shared_prompt": eval_cfg.shared_prompt,
         **eval_cfg.judged_with(),
         "temperature": sampling.temperature,
         "top_p": sampling.top_p,

@@ -47,6 +47,7 @@ def evaluate_adapter(
         generator = VLLMGenerator(
             resolve_model_path(model_cfg.name_or_path), model_cfg.dtype, sampling.vllm, fmt,
             str(adapter_dir) if adapter_dir else None, model_cfg.lora_rank, load_tokenizer(model_cfg),
+            eval_cfg.shared_prompt,
         )  # fmt: skip
         return evaluate(generator, problems, eval_cfg, sampling)
     model, tok = load_model_with_adapter(model_cfg, adapter_dir)
@@ -67,7 +68,9 @@ def evaluate_output(
         return evaluate_adapter(model_cfg, output_dir, problems, eval_cfg, sampling, fmt)
     if resolve_backend(sampling.backend) == "vllm":
         tok = load_tokenizer(model_cfg)
-        generator = VLLMGenerator(str(output_dir), model_cfg.dtype, sampling.vllm, fmt, tokenizer=tok)
+        generator = VLLMGenerator(
+            str(output_dir), model_cfg.dtype, sampling.vllm, fmt, tokenizer=tok, shared_prompt=eval_cfg.shared_prompt
+        )
         return evaluate(generator, problems, eval_cfg, sampling)
     from transformers import AutoModelForCausalLM
 
@@ -88,4 +91,5 @@ def evaluate_transformers(
     fmt: PromptFormat | None = None,
 ) -> EvalReport:
     """pass@k of a loaded model (a peft model, or a full checkpoint) with the transformers engine."""
-    return evaluate(TransformersGenerator(model, tok, sampling.batch_size, fmt), problems, eval_cfg, sampling)
+    generator = TransformersGenerator(model, tok, sampling.batch_size, fmt, eval_cfg.shared_prompt)
+    return evaluate(generator, problems, eval_cfg, sampling)

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from essaflow.data.answers import extract_answer
+from essaflow.data.synthetic_tasks import synthetic_task
 from essaflow.registry import Registry
 
 if TYPE_CHECKING:
@@ -37,12 +38,14 @@ AUTO_REWARD = "auto"
 """eval.reward: pick the reward from the data (`resolve_reward`)."""
 
 
-def resolve_reward(reward: str, source: str, adapter: str) -> str:
+def resolve_reward(reward: str, source: str, adapter: str, task: str = "arithmetic") -> str:
     """eval.reward=auto -> the reward that matches the data: math_verify for GSM8K and MATH answers (equivalent
-    forms such as 0.5 and \\frac{1}{2} agree), exact_match for the synthetic task and plain files (answers as
-    written). Any other name passes through."""
+    forms such as 0.5 and \\frac{1}{2} agree), exact_match for plain files (answers as written), and for the
+    synthetic source its task's own (`task`: exact_match, countdown, code_tests). Any other name passes through."""
     if reward != AUTO_REWARD:
         return reward
+    if source == "synthetic":
+        return synthetic_task(task).reward
     return "math_verify" if adapter in ("gsm8k", "math") else "exact_match"
 
 

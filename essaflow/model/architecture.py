@@ -103,10 +103,10 @@ def read_architecture(name_or_path: str) -> tuple[Architecture | None, str]:
 
     (None, why) where no config.json can be read without a download.
     """
-    from essaflow.model.identity import BUILTIN_TINY
-    from essaflow.model.tiny import tiny_base_path
+    from essaflow.model.tiny import builtin_path
+    from essaflow.model.tiny_recipe import BUILTIN_MODELS
 
-    local = tiny_base_path() if name_or_path == BUILTIN_TINY else Path(name_or_path).expanduser()
+    local = builtin_path(name_or_path) if name_or_path in BUILTIN_MODELS else Path(name_or_path).expanduser()
     source: Path | None = local / "config.json" if (local / "config.json").is_file() else _hub_cache(name_or_path)
     if source is not None:
         return Architecture.from_config(json.loads(source.read_text())), str(source)

@@ -41,7 +41,8 @@ class ModelConfig(StrictConfig):
     """Which base model to load and how LoRA is attached."""
 
     name_or_path: str = trajectory("builtin:tiny")
-    """'builtin:tiny' (our embedded model), a local directory, a hub id, or an s3:// prefix."""
+    """'builtin:tiny' (our embedded model, arithmetic), 'builtin:tiny-countdown' or 'builtin:tiny-programs' (one per
+    synthetic task, docs/tasks.md), a local directory, a hub id, or an s3:// prefix."""
     revision: str | None = trajectory(None)
     """Hub revision to pin."""
     trust_remote_code: bool = False

@@ -2,7 +2,8 @@
 
 It changes whenever the weights a load would read change, and only then:
 
-- `builtin:tiny`: the recipe digest (the checkpoint is a pure function of it);
+- a built-in tiny model (`builtin:tiny`, `builtin:tiny-countdown`, ...): its recipe's digest (the checkpoint is a
+  pure function of it);
 - a local directory: the digest of its files (essaflow.storage.digest_cache, remembered per file stat, so an unchanged
   15 GB checkpoint costs a stat per file, and retrained weights copied over it are a new identity);
 - `s3://` prefix: the objects' ETags and sizes (one listing, nothing downloaded);
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Protocol
 
 from essaflow.config_base import ConfigError
+from essaflow.model.tiny_recipe import BUILTIN_MODELS
 from essaflow.storage.hub import hub_commit
 from essaflow.storage.sha256 import sha256_bytes
 
@@ -35,10 +37,8 @@ class NamedModel(Protocol):
 def model_identity(cfg: NamedModel) -> str:
     """`<name_or_path>@<content digest or resolved commit>` (see the module docstring)."""
     name = cfg.name_or_path
-    if name == BUILTIN_TINY:
-        from essaflow.model.tiny_recipe import TinyRecipe
-
-        return f"{BUILTIN_TINY}@{TinyRecipe().digest()}"
+    if name in BUILTIN_MODELS:
+        return f"{name}@{BUILTIN_MODELS[name].recipe.digest()}"
     if name.startswith("s3://"):
         return f"{name}@{s3_version(name)}"
     local = Path(name).expanduser()
@@ -53,7 +53,7 @@ def require_resolvable(cfg: NamedModel) -> None:
     """ConfigError naming model.name_or_path unless a hub id's revision resolves (the hub, else the local HF cache):
     what a run and a job check before they prepare data. The built-in model, s3:// and local paths pass here."""
     name = cfg.name_or_path
-    if name != BUILTIN_TINY and not name.startswith("s3://") and not Path(name).expanduser().exists():
+    if name not in BUILTIN_MODELS and not name.startswith("s3://") and not Path(name).expanduser().exists():
         hub_commit(name, cfg.revision, field="model.name_or_path")
 
 

@@ -17,7 +17,8 @@ from essaflow.model.config import ModelConfig, check_supported
 from essaflow.model.devices import resolve_device
 from essaflow.model.identity import BUILTIN_TINY, checkpoint_problem, model_identity, s3_version  # noqa: F401 - callers import these here
 from essaflow.model.quantization import quantize_base
-from essaflow.model.tiny import tiny_base_path
+from essaflow.model.tiny import builtin_path
+from essaflow.model.tiny_recipe import BUILTIN_MODELS
 from essaflow.storage.atomic_dir import atomic_dir
 from essaflow.storage.cache_dir import cache_root
 
@@ -35,10 +36,11 @@ def _checked_checkpoint(path: str, name_or_path: str) -> str:
 
 
 def resolve_model_path(name_or_path: str) -> str:
-    """Map 'builtin:tiny' to its checkpoint, download an s3:// prefix to the cache; pass hub ids through. A local
-    (or downloaded) directory without weights or tokenizer files is a FileNotFoundError naming what is missing."""
-    if name_or_path == BUILTIN_TINY:
-        return str(tiny_base_path())
+    """Map a built-in tiny model ('builtin:tiny', 'builtin:tiny-countdown', ...) to its checkpoint (built once),
+    download an s3:// prefix to the cache; pass hub ids through. A local (or downloaded) directory without weights
+    or tokenizer files is a FileNotFoundError naming what is missing."""
+    if name_or_path in BUILTIN_MODELS:
+        return str(builtin_path(name_or_path))
     if name_or_path.startswith("s3://"):
         from essaflow.storage import open_store
 

@@ -1,9 +1,10 @@
-"""The embedded default model: a tiny Llama and a character tokenizer, pretrained briefly by our own code.
+"""The embedded models: a tiny Llama and a character tokenizer per synthetic task, pretrained briefly by our own code.
 
-It is deliberately only partly competent on the synthetic arithmetic task, so fine-tuning has room to show.
-The build is a pure function of `TinyRecipe`; its hash names the checkpoint, so it is built once and cached.
-A checkpoint produced by this script ships in `essaflow/assets/tiny-base/` and is used when its recipe hash
-matches; otherwise the model is rebuilt into the cache (about a minute on 2 CPU cores).
+Each is deliberately only partly competent on its task (arithmetic, Countdown, programs from examples), so
+fine-tuning has room to show. A build is a pure function of its `TinyRecipe`; the recipe's hash names the
+checkpoint, so it is built once and cached. The arithmetic one (`builtin:tiny`) ships in `essaflow/assets/tiny-base/`
+and is used when its recipe hash matches; the others, and any recipe that does not match, are built into the cache
+on first use (about two minutes on 2 CPU cores).
 """
 
 from __future__ import annotations
@@ -19,8 +20,11 @@ import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from essaflow.data.synthetic import ALPHABET, synthetic_problems
-from essaflow.model.tiny_recipe import TinyRecipe
+from essaflow.data.schema import Problem
+from essaflow.data.splits import key_points
+from essaflow.data.synthetic import ALPHABET
+from essaflow.data.synthetic_tasks import synthetic_task, task_problems
+from essaflow.model.tiny_recipe import BUILTIN_MODELS, TinyRecipe
 from essaflow.storage.atomic_dir import atomic_dir, committed_manifest
 from essaflow.storage.cache_dir import cache_root
 
@@ -79,13 +83,21 @@ def answer_only_batch(
     return {"input_ids": ids, "attention_mask": mask, "labels": lab}
 
 
+def pretraining_corpus(recipe: TinyRecipe) -> list[Problem]:
+    """The recipe's task problems, less those in its held-out region (`TinyRecipe.held_out`)."""
+    corpus = task_problems(recipe.task_name or "arithmetic", recipe.corpus_size, recipe.seed, recipe.task)
+    if recipe.held_out is None:
+        return corpus
+    return [p for p in corpus if key_points(p)[0] >= recipe.held_out]
+
+
 def build_tiny_base(out_dir: Path, recipe: TinyRecipe = TinyRecipe()) -> Path:
-    """Pretrain the tiny model on the synthetic task (full parameters) and save model + tokenizer atomically."""
+    """Pretrain the tiny model on its task (full parameters) and save model + tokenizer atomically."""
     torch.manual_seed(recipe.seed)
     rng = random.Random(recipe.seed)
-    tokenizer = build_char_tokenizer()
+    tokenizer = build_char_tokenizer(synthetic_task(recipe.task_name or "arithmetic").alphabet)
     model = LlamaForCausalLM(tiny_config(recipe, tokenizer))
-    corpus = synthetic_problems(recipe.corpus_size, seed=recipe.seed, **recipe.task)
+    corpus = pretraining_corpus(recipe)
     opt = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=0.01)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=recipe.lr, total_steps=recipe.pretrain_steps)
     model.train()
@@ -114,12 +126,22 @@ def build_tiny_base(out_dir: Path, recipe: TinyRecipe = TinyRecipe()) -> Path:
     return out_dir
 
 
+def builtin_path(name: str) -> Path:
+    """Directory of the built-in model `name` (`builtin:tiny`, `builtin:tiny-countdown`, ...), built if need be."""
+    return tiny_base_path(BUILTIN_MODELS[name].recipe)
+
+
+def cache_path(recipe: TinyRecipe) -> Path:
+    """Where a recipe's checkpoint is built in the cache, named by its digest."""
+    return cache_root() / f"tiny-base-{recipe.digest()}"
+
+
 def tiny_base_path(recipe: TinyRecipe = TinyRecipe()) -> Path:
     """Directory of the tiny base for this recipe: the shipped checkpoint when it matches, else built and cached."""
     shipped_meta = SHIPPED / "essaflow_recipe.json"
     if shipped_meta.exists() and json.loads(shipped_meta.read_text()).get("digest") == recipe.digest():
         return SHIPPED
-    target = cache_root() / f"tiny-base-{recipe.digest()}"
+    target = cache_path(recipe)
     if committed_manifest(target) is None:
         log.info("building tiny base model %s (one time)", recipe.digest())
         build_tiny_base(target, recipe)

@@ -47,7 +47,9 @@ def hub_commit(
         return cached
     raise ConfigError(
         f"{field} {repo_id!r} is not a local path and its revision {revision or 'default'!r} cannot be resolved: "
-        f"not in the local HF cache, and the hub did not answer ({reason})"
+        f"not in the local HF cache, and the hub did not answer ({reason}): check the id's spelling, download it "
+        f"where the hub answers (huggingface-cli download {repo_id}) into this machine's HF cache, or name a local "
+        "directory"
     )
 
 

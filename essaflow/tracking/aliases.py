@@ -36,10 +36,12 @@ def registered_version(tracking_uri: str, name: str, alias: str) -> str:
     try:
         aliases = sorted(c.get_registered_model(name).aliases)
     except MlflowException:
-        names = ", ".join(sorted(m.name for m in c.search_registered_models(max_results=20))) or "none"
-        raise TrackingError(
-            f"models:/{name}@{alias}: no registered model {name!r} at {where} (registered: {names})"
-        ) from None
+        names = ", ".join(sorted(m.name for m in c.search_registered_models(max_results=20)))
+        hint = f"registered: {names}" if names else (
+            "registered: none: is this the registry your runs wrote to? run from their directory, or set "
+            "MLFLOW_TRACKING_URI / tracking_uri to it"
+        )  # fmt: skip
+        raise TrackingError(f"models:/{name}@{alias}: no registered model {name!r} at {where} ({hint})") from None
     raise TrackingError(
         f"models:/{name}@{alias}: model {name!r} at {where} has no alias {alias!r} (its aliases: "
         f"{', '.join(aliases) or 'none'})"

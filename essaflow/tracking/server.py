@@ -8,6 +8,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from essaflow.secrets import safe_uri
+from essaflow.tracking.sqlite_store import create_if_missing
 
 
 class TrackingError(RuntimeError):
@@ -55,4 +56,6 @@ def check_tracking(uri: str, timeout: float = 5.0) -> None:
 def client(uri: str):
     from mlflow import MlflowClient
 
+    if uri.startswith("sqlite:///") and "?" not in uri:  # a new local store is built off disk (sqlite_store.py)
+        create_if_missing(Path(uri.removeprefix("sqlite:///")))
     return MlflowClient(tracking_uri=uri, registry_uri=uri)

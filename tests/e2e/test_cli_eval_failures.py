@@ -66,6 +66,11 @@ def test_a_model_the_registry_lacks_fails_before_anything_is_evaluated_naming_wh
     from mlflow import MlflowClient
 
     assert MlflowClient(uri).get_experiment_by_name("missing") is None  # no MLflow run was opened
+    elsewhere = tmp_path / "elsewhere"  # a directory without the runs' registry: said, with where to look
+    elsewhere.mkdir()
+    line, _ = _failure(_eval(["models:/known@champion"], elsewhere)[0])
+    assert line.endswith("(registered: none: is this the registry your runs wrote to? run from their directory, "
+                         "or set MLFLOW_TRACKING_URI / tracking_uri to it)"), line  # fmt: skip
     assert "prepare_dataset" not in proc.stderr and not (tmp_path / ".essaflow" / "store").exists()
     print(f"missing model named in {took:.1f}s")
 
@@ -77,6 +82,7 @@ def test_prefect_unreachable_is_one_line_naming_its_api_and_the_json_line(tmp_pa
     assert proc.returncode == 1
     line, result = _failure(proc)
     assert line.startswith(f"error: orchestration: Prefect API at {api}: ") and api in result["error"], line
+    assert line.endswith("start it (essaflow stack up), or unset PREFECT_API_URL to run on a temporary local server")
     assert len(proc.stderr.splitlines()) < 10, proc.stderr[-3000:]
     print(f"Prefect unreachable named in {took:.1f}s: {line}")
 

@@ -54,6 +54,9 @@ def test_essa_then_fgrpo_on_your_task_and_an_edited_reward_re_scores_the_champio
     for label in ("base", "tuned"):  # both components, each within its share of the reward
         assert 0 < run.metrics[f"eval.{label}.reward.format"] <= 0.2
         assert 0 <= run.metrics[f"eval.{label}.reward.value"] <= 0.8
+    # and per generation of the search, over every candidate's completions (from both Ray workers' shares)
+    generations = c.get_metric_history(first["mlflow_run_id"], "train.reward.format")
+    assert len(generations) >= 2 and all(0 < m.value <= 0.2 + 1e-9 for m in generations), generations
     version = c.get_model_version("own-task", first["model_version"])
     assert version.tags["reward_digest"] == digest(reward)
 
@@ -66,3 +69,5 @@ def test_essa_then_fgrpo_on_your_task_and_an_edited_reward_re_scores_the_champio
     assert second["gate"]["protocol_digest"] != first["gate"]["protocol_digest"]
     metrics = c.get_run(second["mlflow_run_id"]).data.metrics
     assert "eval.champion.pass_at_1" in metrics and 0 <= metrics["eval.tuned.reward.format"] <= 0.3
+    steps = c.get_metric_history(second["mlflow_run_id"], "train.reward.value")  # per F-GRPO step
+    assert len(steps) >= 2 and all(0 <= m.value <= 0.7 + 1e-9 for m in steps), steps

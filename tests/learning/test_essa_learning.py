@@ -31,9 +31,9 @@ def local_ray():
 
 
 def test_short_run_raises_held_out_reward_on_the_tiny_model(tmp_path):
-    """Half the preset's budget (2 seed-synchronised Ray workers, a black-box reward fitness: 100 generations x
+    """The preset's budget (2 seed-synchronised Ray workers, a black-box reward fitness: 100 generations x
     32 candidates x 128 prompts) raises the held-out greedy reward. Measured on an AMD EPYC, 2 cores: +3, +3 and
-    +5 problems of 256 for essa.seed 0, 1, 2; a sixth of the budget (60 x 16) moved it by -2 to +1, within noise.
+    +5 problems of 256 for essa.seed 0, 1, 2; 60 generations x 16 candidates moved it by -2 to +1, within noise.
 
     The fitness is greedy accuracy on training minibatches; the held-out check is the same quantity on the 256
     eval problems, deterministic (greedy decoding, no sampling noise), so the assertion is about the search and

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import struct
 import time
 
@@ -104,6 +105,11 @@ def test_eval_size_is_only_a_cap(tmp_path, rows, eval_size):
     code, errors, notes = _check("data.source=file", f"data.path={data}", f"data.eval_size={eval_size}")
     if any(key_points(Problem(id="x", prompt=p, answer="0"))[0] < 0.1 for p in _prompts(rows)):
         assert code == 0 and errors == [] and any(n.startswith("data: splits sft ") for n in notes), notes
+        held = int(re.search(r"eval (\d+)", next(n for n in notes if n.startswith("data: splits sft "))).group(1))
+        cap = [n for n in notes if n.startswith(f"note: data.eval_size={eval_size} is a cap: ")]
+        assert cap == ([] if held == eval_size else [  # the cap not reached is said, with the count held out
+            f"note: data.eval_size={eval_size} is a cap: {held} of {rows} problems are held out "
+            "(data.eval_fraction=0.1 by problem key); raise data.eval_fraction to hold out more"])  # fmt: skip
     else:
         assert code == 2 and "no problem held out" in errors[0]
 
@@ -280,6 +286,21 @@ def test_trust_remote_code_with_an_auto_map_says_it_will_run_the_checkpoints_cod
            "the checkpoint's own Python code (modeling_x.py) in every process that loads the model; keep " \
            "trust_remote_code only for a source you trust" in notes  # fmt: skip
     assert not any("auto_map" in n for n in _check(f"model.name_or_path={ckpt}")[2])  # off: nothing runs
+
+
+def test_an_architecture_only_the_checkpoints_own_code_implements_needs_trust_remote_code(tmp_path):
+    ckpt = stub_checkpoint(tmp_path / "ckpt", "model.safetensors", "tokenizer.json")
+    auto_map = {"AutoConfig": "configuration_x.XConfig", "AutoModelForCausalLM": "modeling_x.XForCausalLM"}
+    (ckpt / "config.json").write_text(json.dumps({"model_type": "xmodel", "auto_map": auto_map}))
+    code, errors, _ = _check(f"model.name_or_path={ckpt}")
+    assert code != 0 and errors == [
+        f"error: model.name_or_path: {ckpt}/config.json has model_type 'xmodel', which transformers does not "
+        "implement, and auto_map (AutoConfig, AutoModelForCausalLM): the model exists only as the checkpoint's own "
+        "Python code, which model.trust_remote_code=false does not run; set it true only for a source you trust"
+    ]
+    # an architecture transformers implements loads with its own classes: the auto_map is ignored, nothing to say
+    (ckpt / "config.json").write_text(json.dumps({"model_type": "llama", "auto_map": auto_map}))
+    assert not any("auto_map" in line for line in _check(f"model.name_or_path={ckpt}")[1])
 
 
 def test_a_missing_relative_model_directory_is_not_taken_for_a_hub_id(tmp_path, monkeypatch):

@@ -172,6 +172,8 @@ WRITTEN = {
                             "sqlite:///path.db"),
     "tracking-ipv6": (["tracking_uri=http://[::1"], "tracking_uri: 'http://[::1' is malformed (Invalid IPv6 URL); "
                                                     "use http://host:port (an MLflow server) or sqlite:///path.db"),
+    "tracking-one-slash": (["tracking_uri=htp:/x"], "tracking_uri: 'htp:/x' is malformed: a scheme is followed by "
+                           "'://'; use http://host:port (an MLflow server) or sqlite:///path.db"),
     "tracking-ftp": (["tracking_uri=ftp://mlflow"], "tracking_uri: 'ftp://mlflow': MLflow has no model registry for "
                      "scheme 'ftp'; use http://host:port (an MLflow server) or sqlite:///path.db"),
     "tracking-file": (["tracking_uri=file:///tmp/mlruns"], "tracking_uri: 'file:///tmp/mlruns': MLflow has no model "

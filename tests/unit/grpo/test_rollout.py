@@ -2,15 +2,8 @@
 
 import torch
 
-from essaflow.grpo.rollout import (
-    GumbelSampler,
-    hash_keys,
-    mix32,
-    overlong_penalty,
-    replacement_index,
-    step_prompt_indices,
-    worker_slots,
-)
+from essaflow.generation.keyed_sampling import GumbelSampler, hash_keys, mix32
+from essaflow.grpo.rollout import overlong_penalty, replacement_index, step_prompt_indices, worker_slots
 
 
 def _frequencies(logits: torch.Tensor, temperature: float, top_p: float = 1.0, n: int = 40000) -> torch.Tensor:

@@ -57,3 +57,15 @@ def test_a_number_given_twice_may_be_used_twice_and_division_is_exact():
     assert verify("5*5-1", [5, 5, 1], 24)
     assert not verify("5*5-1", [5, 1, 2], 24)
     assert verify("7/2*4", [7, 2, 4], 14) and not verify("7/2", [7, 2], 3)
+
+
+def test_every_sft_answer_of_the_configured_task_is_accepted():
+    from essaflow.config import DataConfig
+    from essaflow.data import load_problems
+
+    problems = load_problems(DataConfig(synthetic={"task": "countdown", "num_problems": 2000}))
+    assert Judge("countdown").score([p.answer for p in problems], problems).rewards == [1.0] * len(problems)
+    p = problems[0]
+    n = p.fields["numbers"]
+    wrong = [f"{n[0]}+{n[0]}+{n[1]}+{n[2]}", f"{p.fields['target']}", p.answer + "+1", f"abs({p.answer})", "x"]
+    assert Judge("countdown").score(wrong, [p] * len(wrong)).rewards == [0.0] * len(wrong)
