@@ -35,9 +35,7 @@ def _loaded(cfg: DataConfig, role: str) -> tuple[LoadedProblems, dict[str, Any]]
     return loaded, {"role": role, **loaded.snapshot.as_dict(), "dropped_rows": len(loaded.dropped)}
 
 
-def prepare_data(
-    data: DataConfig, held_out: HeldOutSourceConfig | None = None, tokenizer: Any = None
-) -> PreparedData:
+def prepare_data(data: DataConfig, held_out: HeldOutSourceConfig | None = None, tokenizer: Any = None) -> PreparedData:
     """Read the sources, filter the training problems (essaflow.data.filters; ``tokenizer`` counts
     data.max_prompt_tokens), split them (essaflow.data.splits) and name the snapshot that was read."""
     train, train_snap = _loaded(data, "training")

@@ -51,7 +51,7 @@ class BuiltinModel:
 
 BUILTIN_MODELS: dict[str, BuiltinModel] = {
     "builtin:tiny": BuiltinModel(TinyRecipe(), max_new_tokens=TINY_MAX_NEW_TOKENS),
-    # batch 64: sequences twice arithmetic's length, so a build stays about two minutes; measured SFT starts in
+    # batch 64: their sequences run two to four times arithmetic's length; SFT starts and build times measured in
     # docs/tasks.md
     "builtin:tiny-countdown": BuiltinModel(
         TinyRecipe(

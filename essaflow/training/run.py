@@ -26,6 +26,7 @@ from essaflow.trainer_io import TrainCallbacks, TrainResult
 
 log = logging.getLogger(__name__)
 
+
 def load_trainer(method: str) -> Callable[..., TrainResult]:
     """The trainer of `method` (essa or fgrpo), imported only when that method runs (each brings its own stack)."""
     if method == "essa":

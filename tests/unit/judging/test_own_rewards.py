@@ -31,12 +31,15 @@ def write(tmp_path: Path, body: str, name: str = "my_reward.py") -> Path:
 
 
 def test_a_file_reward_gets_the_problem_and_its_fields_and_returns_components(tmp_path):
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
         def graded(completion, problem):
             a, b = problem.fields["operands"]
             want = a + b if problem.fields["op"] == "+" else a - b
             return {"format": 0.25 * completion.isdigit(), "value": 0.75 * (completion == str(want))}
-    """)
+    """,
+    )
     judge = judge_for(EvalConfig(reward=f"{path}:graded", correct_threshold=1.0))
     scores = judge.score(["5", "6"], P)
     assert scores.rewards == [1.0, 0.25]
@@ -97,12 +100,15 @@ def test_bad_references_are_one_clear_error(tmp_path):
 
 
 def test_a_raising_reward_names_the_reward_problem_and_completion_or_scores_zero(tmp_path):
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
         def fragile(completion, problem):
             if problem.id == "b":
                 raise KeyError("target")
             return 1.0
-    """)
+    """,
+    )
     with pytest.raises(RewardError, match=r"fragile.*problem 'b' \(KeyError: 'target'\); completion starts 'oops'"):
         judge_for(EvalConfig(reward=f"{path}:fragile")).score(["5", "oops"], P)
     scores = judge_for(EvalConfig(reward=f"{path}:fragile", reward_errors="zero")).score(["5", "oops"], P)
@@ -110,13 +116,16 @@ def test_a_raising_reward_names_the_reward_problem_and_completion_or_scores_zero
 
 
 def test_a_hanging_reward_is_stopped_by_its_timeout_and_the_next_call_scores(tmp_path):
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
         import time
         def slow(completion, problem):
             if completion == "hang":
                 time.sleep(60)
             return 1.0
-    """)
+    """,
+    )
     cfg = EvalConfig(reward=f"{path}:slow", reward_errors="zero", reward_timeout_s=0.5)
     start = time.monotonic()
     scores = judge_for(cfg).score(["hang", "5"], P)
