@@ -1,14 +1,14 @@
 """Prefect's temporary local server, started as a command begins instead of on its flow's first API call.
 
 Without PREFECT_API_URL, Prefect starts a temporary server when a flow first calls its API, and the flow waits for
-it: a Python process that imports Prefect's server and migrates its database, 10-20 s on 2 busy cores. Started here
-first, that start-up runs on the other core while the command does what it would do anyway before and at the start
-of its flow (importing Prefect and the flow, opening the local MLflow store, importing the model stack:
-essaflow/runs/preload.py). It is the server Prefect would start, started the way Prefect starts it (uvicorn with
-Prefect's app factory in ephemeral mode: no UI, only the services a temporary server runs), on a free local port,
-and it stops when the process exits, after Prefect has sent its last logs and events. Nothing starts when
-PREFECT_API_URL is set; a Prefect profile that names a server, or disallows a temporary one, is honoured once
-Prefect's settings are read (the server started here is then stopped unused).
+it: a Python process that imports Prefect's server and migrates its database (10 s of CPU with a new Prefect home, 4 s
+after; 10-25 s of wall time on 2 busy cores). Started here first, that start-up runs on the other core while the
+command does what it would do anyway before and at the start of its flow (importing Prefect and the flow, opening
+the local MLflow store, importing the model stack: essaflow/runs/preload.py). It is the server Prefect would start,
+started the way Prefect starts it (uvicorn with Prefect's app factory in ephemeral mode: no UI, only the services a
+temporary server runs), on a free local port, and it stops when the process exits, after Prefect has sent its last
+logs and events. Nothing starts when PREFECT_API_URL is set; a Prefect profile that names a server, or disallows a
+temporary one, is honoured once Prefect's settings are read (the server started here is then stopped unused).
 """
 
 from __future__ import annotations

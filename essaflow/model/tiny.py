@@ -4,7 +4,7 @@ Each is deliberately only partly competent on its task (arithmetic, Countdown, p
 fine-tuning has room to show. A build is a pure function of its `TinyRecipe`; the recipe's hash names the
 checkpoint, so it is built once and cached. The arithmetic one (`builtin:tiny`) ships in `essaflow/assets/tiny-base/`
 and is used when its recipe hash matches; the others, and any recipe that does not match, are built into the cache
-on first use (about two minutes on 2 CPU cores).
+on first use (a few minutes on 2 CPU cores; docs/tasks.md).
 """
 
 from __future__ import annotations
