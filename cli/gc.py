@@ -29,6 +29,7 @@ def collect_garbage(
     except ValidationError as err:
         refuse([f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors()])
     service_env()
+    _check_store(retention.storage_uri)
     from flows.gc import gc as gc_flow
 
     quiet_console_tracebacks()
@@ -45,3 +46,16 @@ def collect_garbage(
     total = out["bytes"] if dry_run else out["bytes_freed"]
     typer.echo(f"{verb} {len(out['delete'])} prefixes, {total} bytes; kept {len(out['keep'])}", err=True)
     emit(out)
+
+
+def _check_store(storage_uri: str | None) -> None:
+    """The artifact store answering (an S3 endpoint down, a bucket or keys missing) before Prefect starts: one line
+    in seconds instead of a flow's retries."""
+    from essaflow.artifacts.store import check_storage, storage_uri_for
+    from essaflow.secrets import scrub
+    from essaflow.storage import StorageError
+
+    try:
+        check_storage(storage_uri_for(storage_uri))
+    except StorageError as err:
+        fail(f"StorageError: {scrub(str(err))}", "preflight", None, [])

