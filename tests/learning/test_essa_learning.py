@@ -21,7 +21,7 @@ from essaflow.essa.scoring_spec import scoring_spec, with_problems
 from essaflow.training.warm_start import cached_sft_adapter
 from tests.support import essa_tiny
 
-pytestmark = pytest.mark.learning
+pytestmark = [pytest.mark.learning, pytest.mark.timeout(1500)]  # 320 s on 2 quiet cores, the suite's longest
 
 
 @pytest.fixture(scope="module", autouse=True)
