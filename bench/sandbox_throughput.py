@@ -7,7 +7,8 @@ sandbox per snippet (bwrap and the interpreter started each time), side by side 
 The snippet is a small honest solution (a function and 3 asserts); both ways run `workers` snippets at a time and
 every snippet must pass. With --essa-config, it then runs that many ESSA generations of the preset (the code task:
 its SFT start, cached, then population x minibatch greedy programs a generation, each run against its hidden tests
-in the pool) in this process and times the reward's calls inside each: the sandbox's share of a generation.
+in the pool) in this process and times the reward's calls inside each: the sandbox's share of a generation, and
+the share of snippets answered from the verdicts already reached (eval.sandbox.memo_size; 0 runs every one).
 Prints one JSON line: the median snippets/s of each way over the repeats, their ratio, the pool's start-up time,
 the share (median over generations) and the machine's load average when measured.
 """
@@ -75,6 +76,9 @@ def sandbox_share_of_essa_generations(config: str, generations: int) -> dict[str
             judged[0] += time.perf_counter() - start
 
     judge.score = timed_score
+    from essaflow.sandbox import shared_memo
+
+    memo = shared_memo(cfg.eval.sandbox)  # the verdicts code_tests keeps: a program written twice runs once
     strategy, sampler = start_search(cfg.essa, population.dimension, len(splits.train))
     shares, walls, fitness = [], [], []
     for g in range(generations):
@@ -89,6 +93,10 @@ def sandbox_share_of_essa_generations(config: str, generations: int) -> dict[str
         "generation_s": round(statistics.median(walls), 2),
         "sandbox_share_of_generation": round(statistics.median(shares), 3),
         "fitness_mean": round(statistics.median(fitness), 4),
+        "snippets_from_memory": round(
+            memo.hits / (generations * cfg.essa.population * cfg.essa.minibatch * cfg.essa.fitness_samples), 3
+        ),
+        "memo_size": cfg.eval.sandbox.memo_size,
     }
 
 

@@ -91,13 +91,15 @@ def final_number_reward(completion: str, reference: str) -> float:
 def code_tests(completions: list[str], problems: list[Problem], sandbox: SandboxConfig | None = None) -> list[float]:
     """Code: each completion's program (its first fenced block, else the whole text) runs followed by its problem's
     `tests` field (Python that raises when the solution is wrong) in the sandbox (eval.sandbox: bubblewrap by
-    default); 1.0 when it ran to its end, else 0.0. A batch reward: one pool of sandboxed workers takes them all."""
-    from essaflow.sandbox import code_tests_scores, shared_pool
+    default); 1.0 when it ran to its end, else 0.0. A batch reward: one pool of sandboxed workers takes them all; a
+    program and tests already judged in this process are not run again (eval.sandbox.memo_size)."""
+    from essaflow.sandbox import code_tests_scores, shared_memo, shared_pool
 
     missing = [p.id for p in problems if not isinstance(p.fields.get("tests"), str)]
     if missing:
         raise ValueError(f"code_tests needs each problem's `tests` field (Python text); missing for {missing[:5]}")
-    return code_tests_scores(completions, [p.fields["tests"] for p in problems], shared_pool(sandbox))
+    tests = [p.fields["tests"] for p in problems]
+    return code_tests_scores(completions, tests, shared_pool(sandbox), shared_memo(sandbox))
 
 
 @register_reward("countdown", fields=("numbers", "target"))

@@ -1,11 +1,14 @@
 """The code_tests reward's side of the sandbox: the program a completion holds, run with a problem's tests, scored
-1.0 when it runs to its end and exits 0, else 0.0; and the process-wide pools that run them."""
+1.0 when it runs to its end and exits 0, else 0.0; the process-wide pools that run them, and the verdicts already
+reached (a snippet's verdict is a function of its bytes and the sandbox's limits)."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 
 from essaflow.sandbox.config import SandboxConfig
@@ -15,6 +18,7 @@ from essaflow.sandbox.pool import SandboxPool
 _FENCE = re.compile(r"```([^\n`]*)\n(.*?)(?:```|\Z)", re.DOTALL)
 _PYTHON = {"python", "py", "python3"}
 _POOLS: dict[str, SandboxPool] = {}
+_MEMOS: dict[str, VerdictMemo] = {}
 _POOLS_LOCK = threading.Lock()
 os.register_at_fork(after_in_child=_POOLS.clear)  # a forked child starts its own pool, never uses its parent's
 
@@ -28,13 +32,51 @@ def extract_program(completion: str) -> str:
     return blocks[0][1] if blocks else completion
 
 
-def code_tests_scores(completions: Sequence[str], tests: Sequence[str], pool: SandboxPool) -> list[float]:
+def code_tests_scores(
+    completions: Sequence[str], tests: Sequence[str], pool: SandboxPool, memo: VerdictMemo | None = None
+) -> list[float]:
     """1.0 for each completion whose program, followed by its tests (Python that raises when the program is
-    wrong: asserts, or a check function and its call), runs to its end and exits 0 in the sandbox; else 0.0."""
+    wrong: asserts, or a check function and its call), runs to its end and exits 0 in the sandbox; else 0.0.
+    With `memo`, a snippet already judged (the same bytes) is not run again, nor twice within the batch."""
     if len(completions) != len(tests):
         raise ValueError(f"{len(completions)} completions but {len(tests)} tests")
     snippets = [extract_program(c) + "\n" + t for c, t in zip(completions, tests)]
-    return [1.0 if outcome.ok else 0.0 for outcome in pool.run(snippets)]
+    memo = memo or VerdictMemo(0)
+    known = {s: v for s in set(snippets) if (v := memo.get(s)) is not None}
+    new = list(dict.fromkeys(s for s in snippets if s not in known))  # each distinct snippet once, in order
+    for snippet, outcome in zip(new, pool.run(new)):
+        known[snippet] = outcome.ok
+        memo.put(snippet, outcome.ok)
+    return [1.0 if known[s] else 0.0 for s in snippets]
+
+
+class VerdictMemo:
+    """Up to `size` verdicts by snippet digest (sha256 of its bytes), least recently used dropped first;
+    thread-safe. size 0 remembers nothing."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self._verdicts: OrderedDict[bytes, bool] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        """Snippets answered from memory (for benches and tests)."""
+
+    def get(self, snippet: str) -> bool | None:
+        key = hashlib.sha256(snippet.encode()).digest()
+        with self._lock:
+            verdict = self._verdicts.get(key)
+            if verdict is not None:
+                self._verdicts.move_to_end(key)
+                self.hits += 1
+            return verdict
+
+    def put(self, snippet: str, ok: bool) -> None:
+        if self.size == 0:
+            return
+        with self._lock:
+            self._verdicts[hashlib.sha256(snippet.encode()).digest()] = ok
+            while len(self._verdicts) > self.size:
+                self._verdicts.popitem(last=False)
 
 
 def shared_pool(cfg: SandboxConfig | None = None) -> SandboxPool:
@@ -46,3 +88,14 @@ def shared_pool(cfg: SandboxConfig | None = None) -> SandboxPool:
         if pool is None or pool.closed:
             pool = _POOLS[key] = SandboxPool(cfg)
         return pool
+
+
+def shared_memo(cfg: SandboxConfig | None = None) -> VerdictMemo:
+    """The process's verdicts for cfg: a verdict holds for the limits it ran under, so each config has its own."""
+    cfg = cfg or SandboxConfig()
+    key = cfg.model_dump_json()
+    with _POOLS_LOCK:
+        memo = _MEMOS.get(key)
+        if memo is None:
+            memo = _MEMOS[key] = VerdictMemo(cfg.memo_size)
+        return memo

@@ -42,3 +42,7 @@ class SandboxConfig(StrictConfig):
     hidden_paths: list[str] = ["/root", "/home", "/run"]
     """Host folders replaced by an empty read-only folder inside the sandbox (credentials, sockets), besides the
     user's $HOME; those missing on the host are skipped."""
+    memo_size: int = Field(65536, ge=0)
+    """Verdicts remembered per process, by the exact bytes of the snippet (program and tests): a snippet judged
+    once is not run again. ESSA's candidates share a generation's problems and differ a little, so most of them
+    write a program another candidate already wrote; 0 runs every snippet. Verdicts live in memory only."""

@@ -16,6 +16,7 @@ from essaflow.sandbox import (
     SandboxConfig,
     SandboxPool,
     SandboxUnavailable,
+    VerdictMemo,
     code_tests_scores,
     extract_program,
     require_bubblewrap,
@@ -105,6 +106,22 @@ def test_code_tests_scores_an_honest_and_a_wrong_program(pool):
     assert code_tests_scores(completions, [TESTS, TESTS], pool) == [1.0, 0.0]
     with pytest.raises(ValueError):
         code_tests_scores(completions, [TESTS], pool)
+
+
+def test_a_snippet_already_judged_is_not_run_again_and_one_edited_is(pool, monkeypatch):
+    ran: list[str] = []
+    run = pool.run
+    monkeypatch.setattr(pool, "run", lambda snippets: ran.extend(snippets) or run(snippets))
+    honest, wrong = f"```python\n{PROGRAM}```", "```python\ndef add(a, b):\n    return a - b\n```"
+    memo = VerdictMemo(16)
+    assert code_tests_scores([honest, wrong, honest], [TESTS] * 3, pool, memo) == [1.0, 0.0, 1.0]
+    assert len(ran) == 2  # each distinct snippet once within the batch
+    assert code_tests_scores([wrong, honest], [TESTS] * 2, pool, memo) == [0.0, 1.0]
+    assert len(ran) == 2 and memo.hits == 2  # both from memory
+    edited = TESTS + "assert add(0, 0) == 1\n"  # other bytes: run, and judged on their own
+    assert code_tests_scores([honest], [edited], pool, memo) == [0.0]
+    assert len(ran) == 3
+    assert code_tests_scores([honest], [TESTS], pool, VerdictMemo(0)) == [1.0] and len(ran) == 4  # 0: no memory
 
 
 @pytest.mark.parametrize("exit_call", ["import os\nos._exit(0)", "import sys\nsys.exit(0)"])
