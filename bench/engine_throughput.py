@@ -11,8 +11,9 @@ On the embedded tiny model (SFT adapter of configs/tiny.yaml, trained or taken f
   engine in shared row batches (essa.batched_scoring, at each of --batch-sizes) and candidate by candidate (merged
   weights, one batch per candidate), and the same sequences (population x minibatch prompts) generated greedily by
   the SFT model with its adapter merged (plain batch inference: its generate calls alone, on prompts tokenised
-  beforehand, at each of --batch-sizes). Medians over --repeats; the ratios use each side's best batch size, and
-  the fitness of the two scorings is compared.
+  beforehand, at each of --batch-sizes). Medians over --repeats, every variant timed once a round so that a drift
+  in the machine's speed hits them alike; the ratios use each side's best batch size, and the fitness of the two
+  scorings is compared.
 - engines: the same population scored by a transformers scorer and by a vLLM scorer (the whole population in one
   engine batch, an adapter per candidate).
 - rollouts: GRPO rollouts of the same prompt groups (G = 8, temperature 1) drawn by the transformers engine and by
@@ -30,7 +31,6 @@ import json
 import os
 import statistics
 import time
-from collections.abc import Callable
 from functools import partial
 
 import numpy as np
@@ -75,20 +75,23 @@ def essa_rates(cfg, splits, adapter, population: int, minibatch: int) -> dict:
     return out
 
 
-def _median_rate(count: int, work: Callable[[], object], repeats: int) -> float:
-    """Median of count / seconds over `repeats` calls of `work` (after one warm-up call)."""
-    work()
-    rates = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
+def interleaved_rates(jobs: dict, repeats: int) -> dict:
+    """{key: median of count / seconds} over `repeats` rounds, every job (key -> (count, work)) timed once a round
+    after one warm-up call each: a drift in the machine's speed hits every job alike, so their ratios hold."""
+    for _, work in jobs.values():
         work()
-        rates.append(count / (time.perf_counter() - t0))
-    return statistics.median(rates)
+    times: dict = {key: [] for key in jobs}
+    for _ in range(repeats):
+        for key, (count, work) in jobs.items():
+            t0 = time.perf_counter()
+            work()
+            times[key].append(count / (time.perf_counter() - t0))
+    return {key: statistics.median(v) for key, v in times.items()}
 
 
-def plain_inference_rates(cfg, adapter, prompts: list[str], sizes: list[int], repeats: int) -> dict[int, float]:
-    """Sequences/s of greedy batch inference of `prompts` by the SFT model (adapter merged), per batch size: the
-    generate calls alone, on prompts tokenised beforehand (the strictest reference: no reward, no tokenising)."""
+def plain_inference_jobs(cfg, adapter, prompts: list[str], sizes: list[int]) -> dict:
+    """Greedy batch inference of `prompts` by the SFT model (adapter merged), per batch size: the generate calls
+    alone, on prompts tokenised beforehand (the strictest reference: no reward, no tokenising)."""
     model, tok = load_model_with_adapter(cfg.model, adapter)
     plain = model.merge_and_unload()
     enc = encode_prompts(tok, prompts, cfg.data.prompt_format())
@@ -100,20 +103,20 @@ def plain_inference_rates(cfg, adapter, prompts: list[str], sizes: list[int], re
         for start in range(0, len(prompts), size):
             plain.generate(**{k: v[start : start + size] for k, v in enc.items()}, **kw)
 
-    return {size: _median_rate(len(prompts), partial(generate, size), repeats) for size in sizes}
+    return {("plain", size): (len(prompts), partial(generate, size)) for size in sizes}
 
 
-def scoring_rates(spec, xs, prompt_idx, sizes: list[int], repeats: int) -> tuple[dict, dict]:
-    """Candidates/s and fitnesses of one-by-one scoring (key "one_by_one") and batched scoring (per batch size)."""
-    rates, fitness = {}, {}
+def scoring_jobs(spec, xs, prompt_idx, sizes: list[int]) -> tuple[dict, dict]:
+    """One-by-one scoring (key "one_by_one") and batched scoring (per batch size) as jobs, and their fitnesses."""
+    jobs, fitness = {}, {}
     variants = [("one_by_one", dataclasses.replace(spec, batched=False))]
     variants += [(size, dataclasses.replace(spec, batched=True, batch_size=size)) for size in sizes]
     for key, variant in variants:
         scorer = CandidateScorer(variant)
         work = partial(scorer.score_range, xs, 0, prompt_idx, 0)
         fitness[key] = work()[0]
-        rates[key] = _median_rate(len(xs), work, repeats)
-    return rates, fitness
+        jobs[("scored", key)] = (len(xs), work)
+    return jobs, fitness
 
 
 def population_rates(cfg, splits, adapter, population: int, minibatch: int, sizes: list[int], repeats: int) -> dict:
@@ -124,8 +127,11 @@ def population_rates(cfg, splits, adapter, population: int, minibatch: int, size
     c.sampling.backend = "transformers"
     spec = scoring_spec(c, splits, adapter)
     xs = (rng.standard_normal((population, CandidateScorer(spec).svd.dimension)) * cfg.essa.sigma0).astype(np.float32)
-    rates, fitness = scoring_rates(spec, xs, prompt_idx, sizes, repeats)
-    plain = plain_inference_rates(c, adapter, [spec.prompts[i] for _ in xs for i in prompt_idx], sizes, repeats)
+    jobs, fitness = scoring_jobs(spec, xs, prompt_idx, sizes)
+    jobs |= plain_inference_jobs(c, adapter, [spec.prompts[i] for _ in xs for i in prompt_idx], sizes)
+    measured = interleaved_rates(jobs, repeats)
+    rates = {k: v for (kind, k), v in measured.items() if kind == "scored"}
+    plain = {k: v for (kind, k), v in measured.items() if kind == "plain"}
     one, batched = rates.pop("one_by_one"), max(rates.values())
     best_plain = max(plain.values()) / minibatch  # sequences/s as candidates/s (minibatch sequences a candidate)
     out = {f"batched_candidates_per_s_at_{k}": round(v, 3) for k, v in rates.items()}
