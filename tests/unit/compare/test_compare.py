@@ -88,6 +88,21 @@ def test_the_shipped_preset_compares_four_methods_on_three_seeds_with_n_256():
         load_compare_config(REPO / "configs" / "nope.yaml")
 
 
+@pytest.mark.parametrize(
+    ("preset", "task", "reward", "model"),
+    [("compare-countdown", "countdown", "countdown", "builtin:tiny-countdown"),
+     ("compare-code", "programs", "code_tests", "builtin:tiny-programs")],
+)  # fmt: skip
+def test_the_task_presets_compare_the_same_methods_on_their_own_task_and_model(preset, task, reward, model):
+    cfg = load_compare_config(REPO / "configs" / f"{preset}.yaml")
+    tiny = load_compare_config(REPO / "configs" / "compare-tiny.yaml")
+    assert [m.name for m in cfg.methods] == [m.name for m in tiny.methods] and cfg.seeds == [0, 1, 2]
+    assert cfg.budget_s == tiny.budget_s and len(cfg.arms()) == 12
+    assert cfg.task.data.synthetic.task == task and cfg.task.eval.reward == reward
+    assert {a.config.model.name_or_path for a in cfg.arms()} == {model}  # one SFT start for every arm
+    assert len({tuple(a.config.model.target_modules) for a in cfg.arms()}) == 1
+
+
 def test_accuracy_curve_accumulates_the_budget_clock_and_tokens():
     essa_rows = [
         {"generation": 0, "eval_greedy": 0.5},
