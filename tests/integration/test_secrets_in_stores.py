@@ -1,5 +1,6 @@
 """No planted credential reaches any store a run writes to: a run and a gc that fail on an S3 endpoint URL carrying
-a password (nothing listens there), then a gc that succeeds with a password in its MLflow URI; every file of
+a password (nothing listens there: the commands' preflight says so; the gc flow run as a deployment runs it, with
+no preflight, fails inside its task), then a gc that succeeds with a password in its MLflow URI; every file of
 Prefect's server (its sqlite database, the `log` table included), of MLflow's server, of the client's Prefect home
 and of the working directory, the run's storage prefix, and each command's stdout (the JSON line) and stderr are
 searched for the password, as the secrets sweep did."""
@@ -65,7 +66,14 @@ def test_a_password_in_the_s3_endpoint_url_reaches_no_store_from_a_failed_run_an
         line = _one_error_line(proc)
         assert f"S3 endpoint http://127.0.0.1:{dead} is unreachable: connection refused" in line, line
         assert json.loads(proc.stdout.strip().splitlines()[-1])["error"] in line
-    assert "plan_gc" in _one_error_line(gc) and gc_s < 60  # refused: no retry waits it out (three took 85 s)
+    assert "preflight" in _one_error_line(gc) and gc_s < 60  # refused: no retry waits it out (three took 85 s)
+    # a deployment (the gc-storage schedule) runs the flow itself: the error is met in its task, logged to Prefect
+    flow = subprocess.run(
+        [sys.executable, "-c", "from essaflow.retention import RetentionConfig; from flows.gc import gc; "
+         f"print(gc(RetentionConfig(storage_uri={prefix!r}), dry_run=True, return_state=True).type.value)"],
+        cwd=tmp_path, env={**env, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert flow.stdout.strip().splitlines()[-1] == "FAILED" and "plan_gc" in flow.stderr, flow.stderr[-3000:]
 
     url = mlflow_server.url.replace("http://", f"http://sweep-user:{password}@")
     ok, _ = _essaflow(["gc", "--storage-uri", f"{prefix}-ok", "--tracking-uri", url, "--dry-run"],
@@ -81,7 +89,7 @@ def test_a_password_in_the_s3_endpoint_url_reaches_no_store_from_a_failed_run_an
         **_files(prefect_server.state_dir, mlflow_server.state_dir, home, tmp_path),
         **{f"s3://{seaweedfs.bucket}/{name}/{k}": stored.get_bytes(k) for k in stored.list("")},
     }
-    for label, proc in (("run", run), ("gc", gc), ("gc-ok", ok)):
+    for label, proc in (("run", run), ("gc", gc), ("gc flow", flow), ("gc-ok", ok)):
         texts |= {f"{label} stdout": proc.stdout, f"{label} stderr": proc.stderr}
     assert any(label.endswith(".db") for label in texts)  # the databases were searched
     assert leaks([password], texts) == []
