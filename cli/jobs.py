@@ -48,15 +48,14 @@ def build_tiny(
         "builtin:tiny"
     ),
 ) -> None:
-    """(Re)build an embedded tiny base model: builtin:tiny into the package (the shipped checkpoint), the others
-    into the cache where runs look for them (--out: anywhere)."""
-    from essaflow.model.tiny import SHIPPED, build_tiny_base, cache_path
+    """(Re)build an embedded tiny base model into the package, where runs find it (--out: anywhere)."""
+    from essaflow.model.tiny import SHIPPED_DIRS, build_tiny_base
     from essaflow.model.tiny_recipe import BUILTIN_MODELS
 
     if model not in BUILTIN_MODELS:
         fail(f"--model {model!r}: not a built-in model; choose from {sorted(BUILTIN_MODELS)}", "build-tiny", None, [])
     recipe = BUILTIN_MODELS[model].recipe
-    default = SHIPPED if model == "builtin:tiny" else cache_path(recipe)
+    default = SHIPPED_DIRS[model]
     start = time.perf_counter()
     path = build_tiny_base(out or default, recipe)
     emit({"path": str(path), "model": model, "wall_s": round(time.perf_counter() - start, 1)})

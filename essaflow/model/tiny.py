@@ -2,9 +2,9 @@
 
 Each is deliberately only partly competent on its task (arithmetic, Countdown, programs from examples), so
 fine-tuning has room to show. A build is a pure function of its `TinyRecipe`; the recipe's hash names the
-checkpoint, so it is built once and cached. The arithmetic one (`builtin:tiny`) ships in `essaflow/assets/tiny-base/`
-and is used when its recipe hash matches; the others, and any recipe that does not match, are built into the cache
-on first use (a few minutes on 2 CPU cores; docs/tasks.md).
+checkpoint, so it is built once and cached. Each built-in ships in `essaflow/assets/` (`tiny-base/` for
+arithmetic, `tiny-countdown/`, `tiny-programs/`; 2.6 MB each) and is used when its recipe hash matches; a recipe
+that matches none is built into the cache on first use (a few minutes on 2 CPU cores; docs/tasks.md).
 """
 
 from __future__ import annotations
@@ -31,7 +31,12 @@ from essaflow.storage.cache_dir import cache_root
 log = logging.getLogger(__name__)
 
 SPECIALS = ["<pad>", "<eos>", "<unk>"]
-SHIPPED = Path(__file__).parents[1] / "assets" / "tiny-base"
+ASSETS = Path(__file__).parents[1] / "assets"
+SHIPPED = ASSETS / "tiny-base"
+"""The shipped arithmetic checkpoint (`builtin:tiny`)."""
+SHIPPED_DIRS = {"builtin:tiny": SHIPPED, "builtin:tiny-countdown": ASSETS / "tiny-countdown",
+                "builtin:tiny-programs": ASSETS / "tiny-programs"}  # fmt: skip
+"""Where each built-in model ships: `python -m essaflow.model.tiny NAME` rebuilds it there."""
 
 
 def build_char_tokenizer(alphabet: str = ALPHABET) -> PreTrainedTokenizerFast:
@@ -136,11 +141,20 @@ def cache_path(recipe: TinyRecipe) -> Path:
     return cache_root() / f"tiny-base-{recipe.digest()}"
 
 
+def shipped_path(recipe: TinyRecipe) -> Path | None:
+    """The shipped checkpoint built from exactly this recipe (its digest in essaflow_recipe.json), if any."""
+    for directory in SHIPPED_DIRS.values():
+        meta = directory / "essaflow_recipe.json"
+        if meta.exists() and json.loads(meta.read_text()).get("digest") == recipe.digest():
+            return directory
+    return None
+
+
 def tiny_base_path(recipe: TinyRecipe = TinyRecipe()) -> Path:
-    """Directory of the tiny base for this recipe: the shipped checkpoint when it matches, else built and cached."""
-    shipped_meta = SHIPPED / "essaflow_recipe.json"
-    if shipped_meta.exists() and json.loads(shipped_meta.read_text()).get("digest") == recipe.digest():
-        return SHIPPED
+    """Directory of the tiny base for this recipe: a shipped checkpoint when one matches, else built and cached."""
+    shipped = shipped_path(recipe)
+    if shipped is not None:
+        return shipped
     target = cache_path(recipe)
     if committed_manifest(target) is None:
         log.info("building tiny base model %s (one time)", recipe.digest())
@@ -148,7 +162,10 @@ def tiny_base_path(recipe: TinyRecipe = TinyRecipe()) -> Path:
     return target
 
 
-if __name__ == "__main__":  # python -m essaflow.model.tiny: rebuild the shipped checkpoint
+if __name__ == "__main__":  # python -m essaflow.model.tiny [NAME]: rebuild a shipped checkpoint
+    import sys
+
     logging.basicConfig(level=logging.INFO)
     torch.set_num_threads(1)
-    print(build_tiny_base(SHIPPED))
+    name = sys.argv[1] if len(sys.argv) > 1 else "builtin:tiny"
+    print(build_tiny_base(SHIPPED_DIRS[name], BUILTIN_MODELS[name].recipe))

@@ -14,7 +14,7 @@ from essaflow.data.config import SyntheticTaskConfig
 from essaflow.data.splits import key_points
 from essaflow.data.synthetic_tasks import synthetic_task
 from essaflow.model.identity import model_identity
-from essaflow.model.tiny import SHIPPED, pretraining_corpus, tiny_base_path
+from essaflow.model.tiny import SHIPPED, SHIPPED_DIRS, pretraining_corpus, tiny_base_path
 from essaflow.model.tiny_recipe import BUILTIN_MODELS, TinyRecipe
 
 TASKS = {"builtin:tiny": "arithmetic", "builtin:tiny-countdown": "countdown", "builtin:tiny-programs": "programs"}
@@ -25,6 +25,16 @@ def test_the_arithmetic_recipe_is_the_shipped_checkpoint():
     assert json.loads((SHIPPED / "essaflow_recipe.json").read_text())["digest"] == TinyRecipe().digest()
     assert BUILTIN_MODELS["builtin:tiny"].recipe == TinyRecipe()
     assert tiny_base_path() == SHIPPED
+
+
+@pytest.mark.parametrize("name", sorted(TASKS))
+def test_every_built_in_model_ships_built_from_its_recipe(name):
+    """A fresh machine builds none of them: each shipped checkpoint's recorded digest is its recipe's."""
+    recipe = BUILTIN_MODELS[name].recipe
+    meta = json.loads((SHIPPED_DIRS[name] / "essaflow_recipe.json").read_text())
+    assert meta["digest"] == recipe.digest() and meta["recipe"].get("task_name") == recipe.task_name
+    assert tiny_base_path(recipe) == SHIPPED_DIRS[name]
+    assert (SHIPPED_DIRS[name] / "model.safetensors").stat().st_size > 1_000_000
 
 
 def test_each_task_has_its_own_checkpoint_identity_and_answer_length():
