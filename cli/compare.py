@@ -11,6 +11,7 @@ import typer
 from cli.common import SetOpt, emit, fail, flow_logging, service_env
 from cli.pipeline import fail_unless_completed, progress_bars, quiet_console_tracebacks
 from essaflow.config_base import ConfigError
+from essaflow.secrets import scrub
 
 
 def compare_methods(
@@ -47,6 +48,42 @@ def compare_methods(
     for line in _summary_lines(state.result()):
         typer.echo(line, err=True)
     emit({**state.result(), "wall_s": round(time.perf_counter() - start, 2)})
+
+
+def compare_table(
+    reports: Annotated[
+        list[str], typer.Argument(help="comparison.json files, or report folders / URIs (file://, s3://)")
+    ],
+) -> None:
+    """The task x method table of several comparisons in one markdown table (one per task; docs/compare.md): the
+    rows each report computed, stacked in the order given. Prints the table, then the rows as the JSON line."""
+    from essaflow.compare.task_table import markdown
+
+    rows = []
+    for where in reports:
+        try:
+            body = _read_report(where)
+        except Exception as err:
+            fail(f"{where}: {scrub(str(err))}", "compare-table", None, [])
+        if not body.get("task_table"):
+            fail(f"{where}: no task_table in this comparison.json (a report written before the table existed); "
+                 "run the comparison again", "compare-table", None, [])  # fmt: skip
+        rows.extend(body["task_table"])
+    for line in markdown(rows):
+        typer.echo(line)
+    emit({"rows": rows})
+
+
+def _read_report(where: str) -> dict:
+    """A comparison.json: a local file, or the one in a report folder or storage prefix (the compare JSON's
+    report_uri)."""
+    import json
+
+    from essaflow.storage.factory import open_store
+
+    if where.endswith(".json") and "://" not in where:
+        return json.loads(Path(where).read_text())
+    return open_store(where).get_json("comparison.json")
 
 
 def _summary_lines(body: dict) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
+from essaflow.compare import task_table
 from essaflow.compare.config import CompareConfig
 from essaflow.compare.results import HEADLINE_KS, ArmResult, Claim, method_table
 from essaflow.judging.gate import GateEvidence
@@ -67,9 +68,10 @@ def render(
     verdicts: dict[str, str],
     projection: dict[str, Any],
     links: dict[str, str],
+    table: list[dict[str, Any]],
 ) -> str:
     """The report page. `links`: figure file name -> where it is (a storage URL or a relative path), and
-    "mlflow" -> the parent run's address."""
+    "mlflow" -> the parent run's address; `table`: task_table.task_rows."""
     ks = [k for k in HEADLINE_KS if k <= cfg.task.eval.samples_per_problem]
     lines = [
         *_header(cfg, sft, links),
@@ -77,6 +79,7 @@ def render(
         "",
         *summary_rows(method_table(arms), ks),
         "",
+        *_task_section(cfg, table),
         *_gate_section(cfg, verdicts),
         "## The papers' claims on this task",
         "",
@@ -114,6 +117,23 @@ def _header(cfg: CompareConfig, sft: dict[str, float], links: dict[str, str]) ->
         "[min-max] over seeds. train s is the training call's whole wall time (Ray workers' start and the held-out "
         "checks included); the budget counts the generations' / steps' own time.",
         f"MLflow: {links.get('mlflow', 'parent run')}.",
+        "",
+    ]
+
+
+def _task_section(cfg: CompareConfig, table: list[dict[str, Any]]) -> list[str]:
+    """The task x method table: gains over the start with paired intervals, costs, equal tokens, the gate."""
+    r = cfg.task.registry
+    return [
+        "## Task x method",
+        "",
+        "Means over seeds. A gain is in points against the SFT start on the same held-out problems, with its "
+        f"paired {r.confidence:g} bootstrap interval (per problem, the seeds' mean difference; problems resampled "
+        f"{r.bootstrap_resamples} times). Greedy at equal tokens: each run's held-out greedy at its last check "
+        "within the fewest tokens any method generated in its budget (in brackets). Rows of several comparisons "
+        "stack with `essaflow compare-table` (docs/compare.md).",
+        "",
+        *task_table.markdown(table),
         "",
     ]
 
@@ -168,9 +188,10 @@ def _run_line(run: dict[str, Any]) -> str:
 def as_json(
     cfg: CompareConfig, sft: dict[str, float], arms: list[ArmResult], claims: list[Claim],
     verdicts: dict[str, str], projection: dict[str, Any], evidence: dict[str, list[GateEvidence]] | None = None,
+    table: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """The report's data (comparison.json, and the JSON line's body); `gate_evidence`: per method, each seed's
-    paired gate evidence against the SFT start."""
+    paired gate evidence against the SFT start; `task_table`: task_table.task_rows."""
     return {
         "compare": cfg.name,
         "budget_s": cfg.budget_s,
@@ -180,6 +201,7 @@ def as_json(
         "runs": [a.row() for a in arms],
         "methods": method_table(arms),
         "gate": verdicts,
+        "task_table": table or [],
         "gate_evidence": {m: [e.to_dict() for e in ev] for m, ev in (evidence or {}).items()},
         "claims": [asdict(c) for c in claims],
         "projection": {k: v for k, v in projection.items() if k != "tables"},

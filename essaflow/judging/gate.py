@@ -95,11 +95,12 @@ def paired_diff(
     ids = sorted(a)
     x, y = np.array([a[i] for i in ids]), np.array([b[i] for i in ids])
     d = x - y
-    lo, hi = _bootstrap_interval(d, confidence, resamples, seed)
+    lo, hi = bootstrap_interval(d, confidence, resamples, seed)
     return PairedDiff(metric, float(x.mean()), float(y.mean()), float(d.mean()), lo, hi, len(ids))
 
 
-def _bootstrap_interval(d: np.ndarray, confidence: float, resamples: int, seed: int) -> tuple[float, float]:
+def bootstrap_interval(d: np.ndarray, confidence: float, resamples: int, seed: int) -> tuple[float, float]:
+    """Two-sided percentile bootstrap interval of the mean of per-problem differences `d` (problems resampled)."""
     rng = np.random.default_rng(seed)
     means = np.empty(resamples)
     chunk = max(1, 2_000_000 // len(d))  # bounded memory for large problem sets

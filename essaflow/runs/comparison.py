@@ -15,7 +15,7 @@ from typing import Any
 
 from essaflow import tracking
 from essaflow.artifacts import check_storage, read_eval_report, storage_uri_for
-from essaflow.compare import plots, report
+from essaflow.compare import plots, report, task_table
 from essaflow.compare.config import Arm, CompareConfig
 from essaflow.compare.results import (
     ArmResult,
@@ -172,9 +172,10 @@ def publish_comparison(cfg: CompareConfig, parent: RunRef, start: EvalRef, arms:
     evidence = gate_evidence(arms, sft_report, t.promotion_metric, t.eval.ks, t.registry,
                              protocol_digest(t.eval, t.sampling))  # fmt: skip
     verdicts = gate_verdicts(evidence, arms)
+    table = task_table.task_rows(cfg.name, arms, sft_report, sft, evidence, t.registry)
     runs = projection_runs(cfg, arms, parent)
     projection = compare_projection(runs["essa"], runs["grpo"], cfg.projection.bandwidth_gbs, cfg.projection.gpus)
-    body = report.as_json(cfg, sft, arms, found, verdicts, projection, evidence)
+    body = report.as_json(cfg, sft, arms, found, verdicts, projection, evidence, table)
     prefix = f"{parent.run_prefix}/report"
     mlflow_link = f"[parent run]({parent.mlflow_url})" if parent.mlflow_url else f"run `{parent.mlflow_run_id}`"
     with tempfile.TemporaryDirectory(prefix="essaflow-report-") as tmp:
@@ -183,12 +184,12 @@ def publish_comparison(cfg: CompareConfig, parent: RunRef, start: EvalRef, arms:
         plots.plot_time_to_accuracy(arms, d / "time_to_accuracy.png")
         plots.plot_bytes(arms, d / "bytes.png")
         (d / "comparison.json").write_text(json.dumps(body, indent=2))
-        page = report.render(cfg, sft, arms, found, verdicts, projection, {"mlflow": mlflow_link})
+        page = report.render(cfg, sft, arms, found, verdicts, projection, {"mlflow": mlflow_link}, table)
         (d / "report.md").write_text(page)
         store.upload_dir(d, prefix, overwrite=True)
         tracking.client(parent.tracking_uri).log_artifacts(parent.mlflow_run_id, str(d), "report")
     links = {name: figure_link(parent, store.url(f"{prefix}/{name}"), name) for name in report.FIGURES}
-    markdown = report.render(cfg, sft, arms, found, verdicts, projection, {**links, "mlflow": mlflow_link})
+    markdown = report.render(cfg, sft, arms, found, verdicts, projection, {**links, "mlflow": mlflow_link}, table)
     log_parent_metrics(parent, body)
     tracking.finish_run(tracking.tracked(parent))
     result = {**body, "run_id": parent.run_id, "mlflow_run_id": parent.mlflow_run_id, "report_uri": store.url(prefix),

@@ -170,3 +170,29 @@ def test_no_credential_in_logs_params_or_report(compare_run, mlflow_runs, pipeli
         "report": pipeline_stack.store().get_bytes(f"runs/{flow_run_id}/report/report.md"),
     }
     assert not leaks(pipeline_stack.secrets, texts)
+
+
+def test_compare_table_reads_the_task_x_method_rows_from_the_bucket(compare_run, pipeline_stack, tmp_path):
+    """`essaflow compare-table` on the report's storage prefix (S3 credentials from the environment) and on a local
+    copy of comparison.json: the start and every method, each gain inside its paired interval."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    uri = f"{pipeline_stack.storage_uri.rstrip('/')}/runs/{compare_run[0]}/report"
+    local = tmp_path / "comparison.json"
+    local.write_bytes(pipeline_stack.store().get_bytes(f"runs/{compare_run[0]}/report/comparison.json"))
+    exe = str(Path(sys.executable).with_name("essaflow"))
+    out = subprocess.run([exe, "compare-table", uri, str(local)], capture_output=True, text=True, timeout=120,
+                         env=pipeline_stack.subprocess_env())  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = json.loads(out.stdout.strip().splitlines()[-1])["rows"]
+    assert [r["method"] for r in rows] == 2 * ["SFT start", *[m["name"] for m in METHODS]]
+    for r in rows[1:4]:
+        for metric in ("greedy", "pass@1"):
+            cell = r[metric]
+            assert cell["ci_low"] <= cell["gain"] <= cell["ci_high"], (r["method"], cell)
+        assert r["seeds"] == 2 and r["gate"].endswith("/2 seeds)")
+    table = out.stdout.splitlines()
+    assert table[0].startswith("| task | method | greedy (gain [95% CI])") and len(table) == 2 + 8 + 1
+    assert sum(line.startswith(f"| {NAME} | F-GRPO(gamma=1) |") for line in table) == 2

@@ -158,7 +158,9 @@ def _measured(method: str, seed: int, counts: list[int], greedy: list[int], n: i
     return dataclasses.replace(arm, problem_ids=ids, correct_counts=counts, greedy_correct=greedy)
 
 
-def test_gate_verdicts_apply_the_registrys_paired_rule_seed_by_seed():
+def _lifted_runs() -> tuple[EvalReport, list[ArmResult]]:
+    """An SFT start on 128 problems (n = 256) and runs of three methods: essa +0.3 points (noise), grpo +5 points
+    on every seed, fgrpo +5 on one seed and +0 on the other; greedy unchanged."""
     rng = random.Random(7)
     rates = [rng.uniform(0.05, 0.6) for _ in range(128)]
 
@@ -174,6 +176,12 @@ def test_gate_verdicts_apply_the_registrys_paired_rule_seed_by_seed():
         *[_measured("grpo", s, draw(0.05), greedy) for s in range(3)],  # +5 points: a clear win
         _measured("fgrpo", 0, draw(0.05), greedy), _measured("fgrpo", 1, draw(0.0), greedy),
     ]  # fmt: skip
+    return sft, arms
+
+
+def test_gate_verdicts_apply_the_registrys_paired_rule_seed_by_seed():
+    sft, arms = _lifted_runs()
+    sft_counts = sft.correct_counts
     evidence = gate_evidence(arms, sft, "pass@1", [1, 4, 16], GateConfig(), "proto")
     verdicts = gate_verdicts(evidence, arms)
     assert all(abs(e.diff) < 0.01 and e.ci_low < 0 < e.ci_high and not e.promotes for e in evidence["essa"])
@@ -198,8 +206,8 @@ def test_report_page_and_figures(tmp_path):
     assert projection["paper"]["speedup_16"] == pytest.approx(2.0, abs=0.05) and "gap" in projection["run"]
     verdicts = {"essa": "would not promote: (the gate's sentence)"}
     page = report.render(cfg, SFT, ARMS, claims(ARMS, SFT, 16), verdicts, projection,
-                         {"mlflow": "run `p`", "passk.png": "http://x/passk.png"})  # fmt: skip
-    assert "| grpo | GRPO | 0.560 ± 0.014 [0.550-0.570]" in page
+                         {"mlflow": "run `p`", "passk.png": "http://x/passk.png"}, [])  # fmt: skip
+    assert "| grpo | GRPO | 0.560 ± 0.014 [0.550-0.570]" in page and "## Task x method" in page
     assert "ESSA(es, accuracy)" in page and "black-box reward" in page and "not a measurement" in page
     assert "![passk.png](http://x/passk.png)" in page and "not projected" in page
     for name, fn in (("passk.png", lambda p: plots.plot_pass_curves(ARMS, [0.45] * 16, p)),
