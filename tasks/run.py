@@ -9,6 +9,7 @@ from typing import Any
 
 from prefect import get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.logging.loggers import flow_run_logger
 from prefect.runtime import flow_run
 
 from essaflow.config import PipelineConfig
@@ -100,15 +101,17 @@ def end_evaluation(run: RunRef) -> None:
 
 def mark_failed(flow: Any, flow_run: Any, state: Any) -> None:
     """Flow hook: a failed or crashed pipeline run leaves its MLflow run FAILED (with the failure as a tag), not
-    RUNNING forever, and ends its log with the failure's JSON line (the CLI prints the same one)."""
+    RUNNING forever, and ends its log with the failure's JSON line (the CLI prints the same one). A crashed run's
+    hook runs in the worker, outside any run context: the logger is the flow run's by its id, not get_run_logger."""
+    log = flow_run_logger(flow_run, flow)
     params = flow_run.parameters or {}
     cfg = params.get("config") or params.get("params") or {}
     record = Journal(str(flow_run.id)).read()
     failed = failed_run(record, scrub(state.message or state.name), resumable_flow=flow.name == "finetune")
-    get_run_logger().error("%s", json.dumps(failed.line()))
+    log.error("%s", json.dumps(failed.line()))
     lease.release(failed.run_id)  # a resume may start at once; a process that dies instead leaves it to expire
     try:
         fail_tracked_run(cfg.get("tracking_uri") if isinstance(cfg, dict) else None, failed.run_id or str(flow_run.id),
                          failed.reason)  # fmt: skip
     except Exception as e:  # the failure may be MLflow itself; the flow's own error is what matters
-        get_run_logger().warning("could not mark the MLflow run failed: %s", scrub(str(e)))
+        log.warning("could not mark the MLflow run failed: %s", scrub(str(e)))

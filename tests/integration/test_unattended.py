@@ -7,9 +7,9 @@ run). The scheduler loops every 2 s, so a test deployment on a 30 s interval sch
 
 1. the first scheduled run fine-tunes to completion; the next one, with the same data snapshot, config and base model,
    ends in seconds in a Completed state named Skipped;
-2. a run killed with SIGKILL mid-training (Prefect reports it Crashed) is found by `essaflow run --resume last` once
-   its heartbeat is stale, and resumes from its checkpoint; a second `--resume` of it meanwhile is refused, naming the
-   first resumer's host and pid;
+2. a run killed with SIGKILL mid-training (Prefect reports it Crashed; the worker runs the flow's crash hook, so its
+   MLflow run is FAILED at once) is found by `essaflow run --resume last` once its heartbeat is stale, and resumes
+   from its checkpoint; a second `--resume` of it meanwhile is refused, naming the first resumer's host and pid;
 3. a scheduled run that fails reaches a local HTTP receiver through the automation `essaflow deploy` defines (the
    killed one's Crashed reaches it too).
 """
@@ -281,7 +281,11 @@ def test_a_killed_run_is_found_by_resume_last_resumed_by_one_process_and_a_secon
     c = tracking.client(stack.env["MLFLOW_TRACKING_URI"])
     mlrun = c.search_runs([c.get_experiment_by_name(NAME).experiment_id],
                           filter_string=f"tags.`{tracking.RUN_TAG}` = '{killed.run_id}'")[0]  # fmt: skip
-    assert mlrun.info.status == "RUNNING"  # no hook ran in the killed process
+    # the worker saw its flow-run process die and ran the flow's crash hook: the MLflow run is FAILED at once. The
+    # lease it cannot give back (the dead process held it) is found by its stale heartbeat
+    failed = _wait(lambda: (r := c.get_run(mlrun.info.run_id)).info.status == "FAILED" and r, 60,
+                   "the worker's crash hook to mark the MLflow run FAILED")  # fmt: skip
+    assert "SIGKILL" in failed.data.tags.get(tracking.FAILURE_TAG, ""), failed.data.tags  # Prefect's crash message
     lease = current_lease(killed.store, killed.run_id)
     assert lease.pid == killed.pid and not lease.released
     _wait(lambda: current_lease(killed.store, killed.run_id).stale(), 30, "the killed run's heartbeat to go stale")
@@ -294,7 +298,6 @@ def test_a_killed_run_is_found_by_resume_last_resumed_by_one_process_and_a_secon
     assert rc == 0, err[-3000:]
     assert line["run_id"] == killed.run_id and line["state"] == "completed"
     assert line["training"]["resumed_from"] is not None and line["training"]["steps"] == 48
-    assert "marked FAILED" in err  # found by its stale heartbeat before it was resumed
     assert rc2 == 1 and f"pid {resumer.pid}" in line2["error"] and held.host in line2["error"], line2
     assert "since" in line2["error"] and line2["resume"] is None
     mlrun = c.get_run(mlrun.info.run_id)
