@@ -49,9 +49,14 @@ def test_two_ray_workers_make_the_same_update_as_one(local_ray, tmp_path, monkey
 
     a, b, s = (load_file(str(d / "adapter_model.safetensors")) for d in (one.output_dir, two.output_dir, start))
     moved = max(float((a[k] - s[k]).abs().max()) for k in a)
-    diff = max(float((a[k] - b[k]).abs().max()) for k in a)
-    # float order differs between the one-rank and two-rank sums; 1.3e-4 measured on an AMD EPYC, under 1e-4 on Xeon
-    assert moved > 1e-3 and diff < 5e-4 * max(moved, 1.0), (moved, diff)
+    # The one-rank and two-rank gradient sums add in a different float order. Adam divides each gradient by its own
+    # running scale, so an element whose gradient is float noise takes a step of either sign: the largest
+    # elementwise gap says little (1.3e-4 to 6.2e-4 measured on AMD EPYC CPUs, under 1e-4 on Xeon). The update as a
+    # whole is what must agree: the norm of the gap against the norm of the update.
+    gap = sum(float((a[k] - b[k]).pow(2).sum()) for k in a) ** 0.5
+    update = sum(float((a[k] - s[k]).pow(2).sum()) for k in a) ** 0.5
+    print(f"\nlargest move {moved:.3g}; |two - one| / |update| = {gap / update:.2e}")
+    assert moved > 1e-3 and gap < 1e-2 * update, (moved, gap, update)
     # identical rollouts: every reward statistic matches exactly
     for m1, m2 in zip(one.metrics, two.metrics):
         assert m1["reward_mean"] == m2["reward_mean"] and m1["focal_mean"] == m2["focal_mean"]

@@ -44,6 +44,13 @@ def slow_on(victim: str, marker_dir: str) -> str:
     return node
 
 
+def _wait_until_all_cpus_are_free(timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while ray.available_resources().get("CPU", 0) < ray.cluster_resources()["CPU"]:
+        assert time.monotonic() < deadline, f"CPUs still held {timeout_s:g}s after the groups were removed"
+        time.sleep(0.1)
+
+
 def test_two_nodes_join_with_token_auth(two_nodes):
     nodes = cluster.describe_cluster()
     assert [n.is_head for n in nodes] == [True, False]
@@ -68,6 +75,7 @@ def test_spread_places_workers_on_both_nodes_and_strict_pack_on_one(two_nodes):
     finally:
         remove_placement_group(pack)
     assert len(set(packed)) == 1
+    _wait_until_all_cpus_are_free()  # a removed group frees its node's CPU asynchronously; SPREAD skips a full node
     tasks = ray.get([where.options(scheduling_strategy="SPREAD").remote(0.3) for _ in range(6)])
     counts = cluster.work_by_node(tasks)
     assert set(counts) == nodes
