@@ -4,6 +4,7 @@ batch inference of the same sequences.
 
     .venv/bin/python bench/engine_throughput.py [--parts population,engines,rollouts] [--population 16]
         [--minibatch 128] [--groups 32] [--repeats 3] [--batch-sizes 128,512,2048]
+        [-c configs/tiny-essa.yaml] [--set KEY=VALUE ...]
 
 On the embedded tiny model (SFT adapter of configs/tiny.yaml, trained or taken from the cache):
 
@@ -175,16 +176,19 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--batch-sizes", default="128,512,2048", help="population part: rows per batch to try")
     parser.add_argument("--kv-cache-gib", type=float, default=0.05)
+    parser.add_argument("-c", "--config", default="configs/tiny-essa.yaml", help="the preset measured")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config overrides")
     args = parser.parse_args()
     parts = set(args.parts.split(","))
     torch.set_num_threads(1)
     cfg = load_config(
-        "configs/tiny-essa.yaml", [f"essa.population={args.population}", f"essa.minibatch={args.minibatch}"]
+        args.config, [*args.set, f"essa.population={args.population}", f"essa.minibatch={args.minibatch}"]
     )
     cfg.sampling.vllm = VLLMConfig(kv_cache_gib=args.kv_cache_gib, gpu_memory_utilization=0.05)
     splits = prepare_splits(cfg.data)
     adapter = cached_sft_adapter(cfg.model, cfg.sft, splits, cfg.data.prompt_format())
-    row = {"model": cfg.model.name_or_path, "population": args.population, "minibatch": args.minibatch}
+    row = {"config": args.config, "overrides": args.set, "model": cfg.model.name_or_path,
+           "lora_rank": cfg.model.lora_rank, "population": args.population, "minibatch": args.minibatch}  # fmt: skip
     if "population" in parts:
         sizes = [int(s) for s in args.batch_sizes.split(",")]
         row |= population_rates(cfg, splits, adapter, args.population, args.minibatch, sizes, args.repeats)
