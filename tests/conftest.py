@@ -25,22 +25,26 @@ torch.set_num_threads(1)
 #: --no-loadscope-reorder` the test workers take files in collection order, so the long ones start at once and the
 #: many short files fill in beside them, instead of one long file starting last and running alone.
 SLOWEST_FIRST = (
-    "tests/learning/test_essa_learning.py",
     "tests/integration/test_unattended.py",
-    "tests/integration/multinode/test_pipelines_on_cluster.py",
-    "tests/integration/test_pipeline_resume.py",
-    "tests/learning/test_grpo_learning.py",
     "tests/e2e/test_recipe_rehearsals.py",
+    "tests/integration/test_pipeline_resume.py",
+    "tests/learning/test_essa_learning.py",
     "tests/integration/test_essa_seedsync.py",
-    "tests/e2e/test_own_task.py",
+    "tests/integration/multinode/test_pipelines_on_cluster.py",
+    "tests/learning/test_countdown_essa_learning.py",
+    "tests/learning/test_countdown_fgrpo_learning.py",
     "tests/e2e/test_cli_finetune.py",
-    "tests/e2e/test_cli_stack.py",
+    "tests/vllm/test_vllm_ray.py",
+    "tests/vllm/test_vllm_engine.py",
     "tests/integration/test_pipeline_deployment.py",
     "tests/integration/test_compare_flow.py",
-    "tests/e2e/test_browser_ui_run.py",
-    "tests/integration/test_essa_ray.py",
+    "tests/e2e/test_own_task.py",
+    "tests/learning/test_grpo_learning.py",
     "tests/integration/test_pipeline_faults.py",
+    "tests/integration/test_essa_ray.py",
     "tests/integration/test_gc.py",
+    "tests/e2e/test_browser_ui_run.py",
+    "tests/e2e/test_cli_stack.py",
 )
 
 
