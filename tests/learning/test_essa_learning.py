@@ -1,7 +1,7 @@
 """A short ESSA run on the embedded arithmetic task raises held-out greedy accuracy over its SFT start (measured).
 
-Three seeds from one fixed SFT start: the preset's own (500 steps), shipped as bytes in tests/learning/essa_start/
-(tests/support/essa_start.py says why: SFT differs between CPU models, and at this budget the gain depends on the
+Three seeds from one fixed SFT start: the preset's own (500 steps), shipped as bytes in tests/learning/starts/
+(tests/support/shipped_starts.py says why: SFT differs between CPU models, and at this budget the gain depends on the
 start, docs/algorithms.md sec. 6.17). Each seed is judged by greedy decoding on the 256 held-out problems
 (deterministic, no sampling noise). The search runs in this process (essa.backend=local: the same seeds, candidates
 and update as seed-synchronised Ray workers, as tests/integration/test_essa_ray.py checks bit for bit). It asserts a
