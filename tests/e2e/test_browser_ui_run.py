@@ -27,7 +27,7 @@ import yaml
 
 from flows.parameters import merge_tree, preset_tree
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]  # the browser waits up to 3 min for a new run
 REPO = Path(__file__).resolve().parents[2]
 DRIVER = REPO / "tests" / "e2e" / "browser"
 CHROMIUM = Path(os.environ.get("CHROMIUM", "/usr/bin/chromium"))
@@ -52,7 +52,7 @@ def _require_browser() -> None:
         pytest.fail(why)
 
 
-def _browser(mode: str, opts: dict, timeout: float = 300) -> subprocess.CompletedProcess:
+def _browser(mode: str, opts: dict, timeout: float = 480) -> subprocess.CompletedProcess:
     env = {**os.environ, "CHROMIUM": str(CHROMIUM)}
     return subprocess.run(
         ["node", str(DRIVER / "custom_run.js"), mode, json.dumps(opts)],

@@ -15,6 +15,7 @@ const { chromium } = require("playwright-core");
 
 const CHROMIUM = process.env.CHROMIUM || "/usr/bin/chromium";
 const STEP_MS = 60_000; // a loaded 2-core machine renders the 13,000 px form slowly
+const CREATE_MS = 180_000; // Submit to the toast: the server's write of the new run, on a loaded machine
 
 async function browser() {
   // --no-sandbox: CI runs as root, where Chromium's sandbox refuses to start
@@ -60,7 +61,9 @@ async function customRun(opts) {
     step = "Submit";
     await page.getByRole("button", { name: "Submit", exact: true }).click();
     step = "View run (the toast the UI shows once the run is created)";
-    await page.getByRole("button", { name: "View run" }).or(page.getByRole("link", { name: "View run" })).first().click();
+    // the server creates the run before the toast shows: on a loaded machine that took over a minute once
+    await page.getByRole("button", { name: "View run" }).or(page.getByRole("link", { name: "View run" })).first()
+      .click({ timeout: CREATE_MS });
     await page.waitForURL(/\/runs\/flow-run\/[0-9a-f-]{36}/);
     const flowRunId = page.url().match(/flow-run\/([0-9a-f-]{36})/)[1];
     await shot("flow-run-created");
