@@ -160,6 +160,15 @@ def _kill_the_rest(pid, sandboxed):
         pass
 
 
+def _await_the_rest_reaped(deadline_s: float = 5.0) -> None:
+    """In the sandbox, until its pid namespace holds only init and this worker: a killed daemon (reparented to
+    init, which reaps it on its own time) would otherwise still show in /proc to the next snippet."""
+    mine = {1, os.getpid()}
+    deadline = time.monotonic() + deadline_s
+    while any(int(p) not in mine for p in os.listdir("/proc") if p.isdigit()) and time.monotonic() < deadline:
+        time.sleep(0.001)
+
+
 def _wipe_scratch():
     """What the snippet left in the sandbox for the next one to find: files in /tmp and /dev/shm (their modes
     restored first, they belong to our uid) and SysV IPC objects, which outlive their process."""
@@ -205,6 +214,7 @@ def _run(request, limits, sandboxed, host_fds):
         os.close(out_r)
         os.close(tok_r)
     if sandboxed:
+        _await_the_rest_reaped()
         _wipe_scratch()
     code = None
     if end == "exit" and os.WIFSIGNALED(status):
