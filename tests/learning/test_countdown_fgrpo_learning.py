@@ -17,7 +17,6 @@ from statistics import mean
 import pytest
 
 from tests.support.greedy_gains import greedy_gains
-from tests.support.shipped_starts import shipped_start
 
 # three seeds: 135-220 s in the suite on a quiet machine; the explicit limit leaves room for a loaded one
 pytestmark = [pytest.mark.learning, pytest.mark.timeout(1200)]
@@ -26,6 +25,6 @@ FGRPO = ["grpo.steps=60", "grpo.lr=1e-3", "grpo.eval_every=0", "grpo.checkpoint_
 
 
 def test_fgrpo_raises_held_out_greedy_on_countdown(tmp_path):
-    gains = greedy_gains(PRESET, FGRPO, tmp_path, start_for=shipped_start(PRESET))
+    gains = greedy_gains(PRESET, FGRPO, tmp_path)
     assert mean(gains) >= 0.02, gains
     assert min(gains) >= 0, gains  # no seed makes the policy worse

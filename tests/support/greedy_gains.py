@@ -1,37 +1,28 @@
-"""Held-out greedy gains of a short training run per seed, from a preset's own cached SFT start: the measurement the
-task learning tests (tests/learning) assert on."""
+"""Held-out greedy gains of a short training run per seed, from the preset's shipped SFT start
+(tests/support/shipped_starts.py): the measurement the task learning tests (tests/learning) assert on."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from statistics import mean
 
-from essaflow.config import PipelineConfig, load_config
-from essaflow.data import Splits
+from essaflow.config import load_config
 from essaflow.data.prepare import prepare_splits
 from essaflow.essa.loop import train_essa
 from essaflow.grpo.loop import train_grpo
 from essaflow.judging.model_eval import evaluate_adapter
 from essaflow.runs.method_tags import method_label
-from essaflow.training.warm_start import cached_sft_adapter
+from tests.support.shipped_starts import shipped_start
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 SEEDS = (0, 1, 2)
-StartFor = Callable[[PipelineConfig, Splits, Path], Path]
 
 
-def _cached_start(cfg: PipelineConfig, splits: Splits, out: Path) -> Path:
-    return cached_sft_adapter(cfg.model, cfg.sft, splits, cfg.data.prompt_format())
-
-
-def greedy_gains(preset: str, overrides: list[str], out: Path, start_for: StartFor | None = None) -> list[float]:
-    """Held-out greedy accuracy after minus before training, one per seed; prints before/after per seed.
-
-    start_for(cfg, splits, out): the SFT adapter to start from (default: the preset's, trained once per machine)."""
+def greedy_gains(preset: str, overrides: list[str], out: Path) -> list[float]:
+    """Held-out greedy accuracy after minus before training, one per seed; prints before/after per seed."""
     cfg = load_config(CONFIGS / preset, overrides)
     splits, fmt = prepare_splits(cfg.data), cfg.data.prompt_format()
-    start = (start_for or _cached_start)(cfg, splits, out)
+    start = shipped_start(preset)(cfg, splits, out)
     greedy_only = cfg.eval.model_copy(update={"samples_per_problem": 1, "ks": [1]})
     before = evaluate_adapter(cfg.model, start, splits.eval, greedy_only, cfg.sampling, fmt).greedy
     label, gains = method_label(cfg.method, cfg.essa, cfg.grpo), []

@@ -34,7 +34,7 @@ def key_of(cfg: PipelineConfig, splits: Splits) -> str:
 
 
 def shipped_start(preset: str) -> Callable[[PipelineConfig, Splits, Path], Path]:
-    """start_for of tests/support/greedy_gains.py: a copy of the preset's shipped start in out/start, after
+    """start_for(cfg, splits, out): a copy of the preset's shipped start in out/start, after
     checking it was trained for this config; the copy names this machine's path to the base, as one trained here."""
     shipped = STARTS / Path(preset).stem
 
