@@ -191,14 +191,15 @@ def _wait(condition, timeout: float, what: str, every: float = 1.0):
 
 @pytest.fixture(scope="module")
 def deployed(stack):
-    """`essaflow deploy --alert-webhook`, then a deployment whose scheduled run fails, its one run BROKEN_LEAD_S ahead
-    (hourly from then: the test deletes it after the first)."""
+    """A deployment whose scheduled run fails, its one run BROKEN_LEAD_S ahead (hourly from then: the test deletes
+    it after the first), then `essaflow deploy --alert-webhook`. The broken one goes first: the module waits for its
+    run, so its lead starts as early as it can."""
+    first = datetime.now(timezone.utc) + timedelta(seconds=BROKEN_LEAD_S)
+    _deploy(stack.env, "unattended-broken", {"config": _essa_config(), "resume": "no-such-run"}, 3600, first)
     out = _essaflow(["deploy", "--alert-webhook", stack.receiver.url], stack.env, REPO)
     rc, line, err = _finished(out, timeout=300)
     assert rc == 0, err[-3000:]
     assert line["alert"]["automation"] == "essaflow-run-failed" and "/hook" not in line["alert"]["webhook"]
-    first = datetime.now(timezone.utc) + timedelta(seconds=BROKEN_LEAD_S)
-    _deploy(stack.env, "unattended-broken", {"config": _essa_config(), "resume": "no-such-run"}, 3600, first)
     return SimpleNamespace(line=line, broken_at=first)
 
 
