@@ -54,11 +54,12 @@ $(BROWSER_STAMP): $(BROWSER_DIR)/package.json $(BROWSER_DIR)/package-lock.json |
 demo: $(STAMP)
 	$(BIN)/essaflow demo --method $(METHOD)
 
-# Two pytest workers (pytest-xdist), one per core: each test file runs whole on one worker so module fixtures start
-# once; every server a test starts takes free ports, so the workers' stacks run side by side. A third worker was
-# no faster (1,785 s against 1,827 s of tests) and pushed the ESSA learning test past its timeout. TEST_WORKERS=0
-# runs serially.
-TEST_WORKERS ?= 2
+# Three pytest workers (pytest-xdist) on 2 cores: each test file runs whole on one worker so module fixtures start
+# once; every server a test starts takes free ports, so the workers' stacks run side by side. The third fills the
+# cores while a worker waits (test_unattended.py sleeps about 200 s on Prefect's scheduler; servers start; runs
+# wait on workers): 1,469 s against 1,586 s with two, one run each on an Intel Xeon, load up to 8, every test
+# within its limit. TEST_WORKERS=0 runs serially.
+TEST_WORKERS ?= 3
 test: $(STAMP) browser
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25
 

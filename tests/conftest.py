@@ -57,7 +57,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session", autouse=True)
 def _session_cache(tmp_path_factory):
     """Cached SFT adapters and built models go to a per-session directory, never the user's cache. The test workers
-    (pytest-xdist) share it, so an SFT start one worker trained serves the other: entries are content-keyed and
+    (pytest-xdist) share it, so an SFT start one worker trained serves the others: entries are content-keyed and
     written atomically, so two workers filling one key at once both end with a whole copy."""
     if "ESSAFLOW_CACHE_DIR" not in os.environ:
         if os.environ.get("PYTEST_XDIST_WORKER"):  # basetemp is <session>/popen-gwN: the session dir is shared
