@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -76,10 +77,16 @@ def test_spread_places_workers_on_both_nodes_and_strict_pack_on_one(two_nodes):
         remove_placement_group(pack)
     assert len(set(packed)) == 1
     _wait_until_all_cpus_are_free()  # a removed group frees its node's CPU asynchronously; SPREAD skips a full node
-    tasks = ray.get([where.options(scheduling_strategy="SPREAD").remote(0.3) for _ in range(6)])
-    counts = cluster.work_by_node(tasks)
+    counts: Counter[str] = Counter()
+    rounds = 0
+    while set(counts) != nodes and rounds < 5:  # SPREAD is best effort: at load 8 one round of 6 all ran on the head
+        time.sleep(1.0 if rounds else 0.0)
+        counts.update(cluster.work_by_node(ray.get([where.options(scheduling_strategy="SPREAD").remote(0.3)
+                                                    for _ in range(6)])))  # fmt: skip
+        rounds += 1
     assert set(counts) == nodes
-    print(f"\nSPREAD bundles on {len(set(ids))} nodes, STRICT_PACK on 1; tasks per node: {list(counts.values())}")
+    print(f"\nSPREAD bundles on {len(set(ids))} nodes, STRICT_PACK on 1; tasks per node: {list(counts.values())} "
+          f"after {rounds} round(s) of 6")  # fmt: skip
 
 
 def test_workers_on_every_node_get_driver_settings_and_no_secret_reaches_ray_logs(two_nodes):
