@@ -57,8 +57,8 @@ demo: $(STAMP)
 # Two pytest workers (pytest-xdist), one per core: each test file runs whole on one worker so module fixtures start
 # once; every server a test starts takes free ports, so the workers' stacks run side by side. A third worker fills
 # the cores while another waits (test_unattended.py sleeps about 200 s on Prefect's scheduler), but gains little:
-# 1,469 s and 1,519 s of tests against 1,586 s and 1,489 s with two (Intel Xeon), at load 7 to 8, where one of its
-# runs failed a Ray SPREAD check; `make test TEST_WORKERS=3` runs that way. TEST_WORKERS=0 runs serially.
+# 1,469 s and 1,519 s of tests against 1,586 s and 1,489 s with two (Intel Xeon), at load 7 to 8, where
+# timing-sensitive checks are at more risk; `make test TEST_WORKERS=3` runs that way. TEST_WORKERS=0 runs serially.
 TEST_WORKERS ?= 2
 test: $(STAMP) browser
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25

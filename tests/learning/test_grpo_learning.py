@@ -35,7 +35,7 @@ def test_grpo_raises_held_out_reward_on_the_tiny_model(tmp_path):
     overrides = ["grpo.steps=80", "grpo.lr=1e-3", "grpo.gamma=0.5", "grpo.eval_every=0", "grpo.checkpoint_every=0"]
     cfg = load_config(PRESET, overrides)
     splits = prepare_splits(cfg.data)
-    start = shipped_start(PRESET.name)(cfg, splits, tmp_path)
+    start = shipped_start(PRESET.name, cfg, splits, tmp_path)
     eval_cfg = EvalConfig(samples_per_problem=8, ks=[1, 8])
     before = evaluate_adapter(cfg.model, start, splits.eval, eval_cfg, cfg.sampling)
     label = method_label(cfg.method, cfg.essa, cfg.grpo)  # F-GRPO(gamma=0.5): how the figures were obtained

@@ -22,7 +22,7 @@ def greedy_gains(preset: str, overrides: list[str], out: Path) -> list[float]:
     """Held-out greedy accuracy after minus before training, one per seed; prints before/after per seed."""
     cfg = load_config(CONFIGS / preset, overrides)
     splits, fmt = prepare_splits(cfg.data), cfg.data.prompt_format()
-    start = shipped_start(preset)(cfg, splits, out)
+    start = shipped_start(preset, cfg, splits, out)
     greedy_only = cfg.eval.model_copy(update={"samples_per_problem": 1, "ks": [1]})
     before = evaluate_adapter(cfg.model, start, splits.eval, greedy_only, cfg.sampling, fmt).greedy
     label, gains = method_label(cfg.method, cfg.essa, cfg.grpo), []

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Callable
 from pathlib import Path
 
 from essaflow.config import PipelineConfig
@@ -33,27 +32,23 @@ def key_of(cfg: PipelineConfig, splits: Splits) -> str:
     return sft_key(cfg.model, cfg.sft, splits.sft, cfg.data.prompt_format())
 
 
-def shipped_start(preset: str) -> Callable[[PipelineConfig, Splits, Path], Path]:
-    """start_for(cfg, splits, out): a copy of the preset's shipped start in out/start, after
-    checking it was trained for this config; the copy names this machine's path to the base, as one trained here."""
+def shipped_start(preset: str, cfg: PipelineConfig, splits: Splits, out: Path) -> Path:
+    """A copy of the preset's shipped start in out/start, after checking it was trained for this config; the copy
+    names this machine's path to the base, as one trained here."""
     shipped = STARTS / Path(preset).stem
-
-    def start_for(cfg: PipelineConfig, splits: Splits, out: Path) -> Path:
-        recorded = json.loads((shipped / RECORD).read_text())["sft_key"]
-        if recorded != key_of(cfg, splits):
-            raise AssertionError(
-                f"{shipped} was trained for SFT key {recorded}, not {preset}'s {key_of(cfg, splits)} (its model, "
-                f"task or SFT settings changed): rebuild it with `.venv/bin/python -m tests.support.shipped_starts "
-                f"{preset}`"
-            )
-        start = out / "start"
-        shutil.copytree(shipped, start, ignore=shutil.ignore_patterns(RECORD))
-        adapter = json.loads((start / "adapter_config.json").read_text())
-        adapter["base_model_name_or_path"] = resolve_model_path(cfg.model.name_or_path)
-        (start / "adapter_config.json").write_text(json.dumps(adapter, indent=2) + "\n")
-        return start
-
-    return start_for
+    recorded = json.loads((shipped / RECORD).read_text())["sft_key"]
+    if recorded != key_of(cfg, splits):
+        raise AssertionError(
+            f"{shipped} was trained for SFT key {recorded}, not {preset}'s {key_of(cfg, splits)} (its model, "
+            f"task or SFT settings changed): rebuild it with `.venv/bin/python -m tests.support.shipped_starts "
+            f"{preset}`"
+        )
+    start = out / "start"
+    shutil.copytree(shipped, start, ignore=shutil.ignore_patterns(RECORD))
+    adapter = json.loads((start / "adapter_config.json").read_text())
+    adapter["base_model_name_or_path"] = resolve_model_path(cfg.model.name_or_path)
+    (start / "adapter_config.json").write_text(json.dumps(adapter, indent=2) + "\n")
+    return start
 
 
 def rebuild(preset: str, cfg: PipelineConfig, splits: Splits, cpu: str) -> Path:
