@@ -2,18 +2,23 @@
 
 One rule for every place that needs it: which environment variables Ray workers get only through a setup hook
 (cluster.worker_env), which config keys never become MLflow params and what text is masked (tracking, cli), what
-endpoint an S3 error names (storage.s3), what check-config prints and a resume command echoes (cli).
+endpoint an S3 error names (storage.s3), what check-config prints and a resume command echoes (cli), and every
+line a command prints, whoever prints it (MaskedStream: sys.stdout and sys.stderr of the `essaflow` command and of a
+process whose tracking client is given a URI with a password).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import re
+import sys
+import threading
 from collections.abc import Iterable, Mapping
-from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from typing import Any, TextIO
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 MASK = "***"
 
@@ -34,6 +39,7 @@ NO_PASSWORD_IN_FORM = {"pattern": r"^(?![A-Za-z][A-Za-z0-9+.-]*://[^/@\s]*:[^/@\
 URI_ENV = {"tracking_uri": "MLFLOW_TRACKING_URI", "ray_address": "RAY_ADDRESS"}
 
 
+@functools.lru_cache(maxsize=4096)  # asked of every environment value each time a line is masked (MaskedStream)
 def url_has_password(value: str) -> bool:
     """True for a URL carrying a password (``postgresql://user:pw@host/db``)."""
     if "://" not in value or "@" not in value:
@@ -51,13 +57,17 @@ def is_secret(key: str, value: str = "") -> bool:
     Words are split on any non-alphanumeric character, so environment names and dotted config keys
     (``storage.secret_key``) follow the same rule.
     """
+    return _secret_name(key) or url_has_password(value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _secret_name(key: str) -> bool:
     upper = key.upper()
     words = set(re.split(r"[^A-Z0-9]+", upper))
     return bool(
         any(part in upper for part in _SECRET_PARTS)
         or any(w.endswith("TOKEN") or w == "PASS" for w in words)
         or ("KEY" in words and words & _KEY_QUALIFIERS)
-        or url_has_password(value)
     )
 
 
@@ -114,14 +124,36 @@ def safe_uri(uri: str) -> str:
 
 
 def secret_env_values(environ: Mapping[str, str] | None = None) -> list[str]:
-    """The values of the secret-named variables of ``environ`` (default: this process's), long enough to mask."""
+    """The values of the secret-named variables of ``environ`` (default: this process's) and the passwords of the URLs
+    its variables hold (MLFLOW_TRACKING_URI, RAY_ADDRESS: as written and decoded, wherever a library prints one
+    outside its URL), those long enough to mask."""
     env = os.environ if environ is None else environ
-    return [v for k, v in env.items() if is_secret(k) and len(v) >= _MIN_MASKED_LEN]
+    values = [v for k, v in env.items() if is_secret(k)]
+    values += [p for v in env.values() for p in _url_passwords(v)]
+    return [v for v in values if len(v) >= _MIN_MASKED_LEN]
+
+
+@functools.lru_cache(maxsize=4096)
+def _url_passwords(value: str) -> tuple[str, ...]:
+    if not url_has_password(value):
+        return ()
+    password = urlsplit(value).password or ""
+    return tuple({password, unquote(password)})
 
 
 def scrub(text: str, known_values: Iterable[str] | None = None) -> str:
     """Mask URI user-info and known secret values (default: those of the environment) inside free text."""
-    text = _URL_USERINFO.sub(rf"\1{MASK}@", text)
+    return _mask_values(_URL_USERINFO.sub(rf"\1{MASK}@", text), known_values)
+
+
+def mask_output(text: str) -> str:
+    """What a command prints: each URI password masked with the user kept (:func:`mask_passwords`: a config dump, a
+    command line or a link stays readable, and text masked already passes unchanged), then the environment's
+    secret values (:func:`secret_env_values`)."""
+    return _mask_values(mask_passwords(text), None)
+
+
+def _mask_values(text: str, known_values: Iterable[str] | None) -> str:
     values = secret_env_values() if known_values is None else known_values
     for value in sorted(values, key=len, reverse=True):  # longest first: a secret containing another stays masked
         if value:
@@ -177,3 +209,68 @@ def mask_log_handlers() -> int:
             handler.addFilter(MaskSecrets())
             added += 1
     return added
+
+
+class MaskedStream:
+    """A text stream (sys.stdout, sys.stderr) whose every line is written through :func:`mask_output`: URI passwords
+    and the values of secret-named environment variables masked, whoever prints it (MLflow's end-of-run "View run
+    ... at: <tracking URI>" lines, Prefect's console handler, rich's bars, the lines Ray forwards from its workers).
+
+    Text is held until its line ends (or the stream is flushed: a bar's frame, a prompt, the interpreter's exit), so
+    a URI printed in pieces is masked whole. Everything else (encoding, isatty, fileno, buffer) is the wrapped
+    stream's; bytes written to its ``buffer`` or its file descriptor pass unmasked."""
+
+    _HOLD_MAX = 1 << 16  # a line longer than this is masked and written in parts
+
+    def __init__(self, stream: TextIO):
+        self._stream = stream
+        self._pending = ""
+        self._lock = threading.RLock()  # writers on several threads (Prefect's, Ray's log printer)
+
+    @property
+    def wrapped(self) -> TextIO:
+        return self._stream
+
+    def write(self, text: str) -> int:
+        if not isinstance(text, str):
+            return self._stream.write(text)  # the wrapped stream's own TypeError
+        with self._lock:
+            self._pending += text
+            end = self._pending.rfind("\n") + 1
+            if not end and len(self._pending) > self._HOLD_MAX:
+                end = len(self._pending)
+            if end:
+                done, self._pending = self._pending[:end], self._pending[end:]
+                self._stream.write(mask_output(done))
+        return len(text)
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        with self._lock:
+            if self._pending:
+                done, self._pending = self._pending, ""
+                self._stream.write(mask_output(done))
+            self._stream.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def mask_std_streams() -> None:
+    """Wrap this process's sys.stdout and sys.stderr in :class:`MaskedStream` (once; a missing stream stays None),
+    and point the logging handlers that already write to either at its wrapper. Called first by the `essaflow`
+    command (cli/main.py) and by the tracking client when it is given a URI with a password (a flow run by a Prefect
+    worker, a Python caller)."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is None or isinstance(stream, MaskedStream):
+            continue
+        masked = MaskedStream(stream)
+        setattr(sys, name, masked)
+        for logger in [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]:
+            for handler in getattr(logger, "handlers", []):
+                if isinstance(handler, logging.StreamHandler) and handler.stream is stream:
+                    handler.setStream(masked)

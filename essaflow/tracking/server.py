@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from essaflow.secrets import safe_uri
+from essaflow.secrets import mask_std_streams, safe_uri, url_has_password
 from essaflow.tracking.sqlite_store import create_if_missing
 
 
@@ -54,7 +54,13 @@ def check_tracking(uri: str, timeout: float = 5.0) -> None:
 
 
 def client(uri: str):
+    """MLflow's client for `uri`. A URI with a password masks this process's stdout and stderr first (the `essaflow`
+    command does it anyway; a flow run by a Prefect worker or a Python caller may not): MLflow prints the URI, user
+    and password, in the "View run" line that ends each run."""
     from mlflow import MlflowClient
+
+    if url_has_password(uri):
+        mask_std_streams()
 
     if uri.startswith("sqlite:///") and "?" not in uri:  # a new local store is built off disk (sqlite_store.py)
         create_if_missing(Path(uri.removeprefix("sqlite:///")))

@@ -110,3 +110,72 @@ def test_an_s3_error_chain_names_no_password_of_the_endpoint_url():
         exc = exc.__cause__ or exc.__context__
     assert len(chain) > 1 and not any("pw-planted-5678" in c for c in chain), chain
     assert any(f"http://***@127.0.0.1:{port}" in c for c in chain)  # botocore's own message, masked in place
+
+
+def test_a_masked_stream_masks_each_line_whoever_prints_it_and_in_however_many_pieces(monkeypatch):
+    """MLflow ends a run with "View run ... at: <tracking URI>" on sys.stdout: the stream masks the line as it ends
+    (a URI written in pieces too: its password; the user stays readable), and writes what is left of a line when
+    flushed."""
+    import io
+
+    monkeypatch.setenv("ESSAFLOW_TEST_SECRET_KEY", "sk-planted-4321")
+    out = io.StringIO()
+    stream = secrets.MaskedStream(out)
+    stream.write("🏃 View run r at: http://user:pw-planted")
+    assert out.getvalue() == ""  # held until its line ends
+    stream.write("-9876@127.0.0.1:5000/#/experiments/1\n")
+    print("key", "sk-planted-4321", file=stream)
+    stream.writelines(["bar http://:pw-planted-2468@h", " 50%"])
+    stream.flush()
+    link = "🏃 View run r at: http://user:***@127.0.0.1:5000/#/experiments/1\n"
+    assert out.getvalue() == link + "key ***\nbar http://:***@h 50%"
+    assert stream.encoding == out.encoding and stream.wrapped is out
+    with pytest.raises(TypeError):
+        stream.write(b"bytes")  # what a text stream says (click asks it to tell text from binary streams)
+
+
+def test_masking_the_std_streams_wraps_each_once_and_moves_the_handlers_writing_to_them(monkeypatch):
+    import io
+    import logging
+    import sys
+
+    out, err = io.StringIO(), io.StringIO()
+    monkeypatch.setattr(sys, "stdout", out)
+    monkeypatch.setattr(sys, "stderr", err)
+    handler = logging.StreamHandler(err)
+    log = logging.getLogger("essaflow.test_std_streams")
+    log.addHandler(handler)
+    try:
+        secrets.mask_std_streams()
+        masked = sys.stdout
+        secrets.mask_std_streams()
+        assert sys.stdout is masked and sys.stdout.wrapped is out and sys.stderr.wrapped is err
+        assert handler.stream is sys.stderr
+        print("http://u:pw-planted-1357@h")
+        log.warning("http://u:pw-planted-1357@h")
+    finally:
+        log.removeHandler(handler)
+    assert out.getvalue() == "http://u:***@h\n" and err.getvalue() == "http://u:***@h\n"
+
+
+def test_a_tracking_client_given_a_password_masks_the_std_streams(monkeypatch):
+    """A flow a Prefect worker runs, or a Python caller, has no `essaflow` command to mask its streams."""
+    import io
+    import sys
+
+    from essaflow.tracking.server import client
+
+    monkeypatch.setattr(sys, "stdout", io.StringIO())
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    client("http://127.0.0.1:9")
+    assert not isinstance(sys.stdout, secrets.MaskedStream)
+    client("http://u:pw@127.0.0.1:9")
+    assert isinstance(sys.stdout, secrets.MaskedStream) and isinstance(sys.stderr, secrets.MaskedStream)
+
+
+def test_the_password_of_a_url_in_the_environment_is_masked_wherever_it_is_printed(monkeypatch):
+    """`run --set tracking_uri=...` moves the URI into MLFLOW_TRACKING_URI: its password, as written and decoded, is
+    masked outside its URL too."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://u:pw%40planted@127.0.0.1:5000")
+    assert secrets.mask_output("auth pw@planted pw%40planted") == "auth *** ***"
+    assert secrets.scrub("auth pw@planted") == "auth ***"
