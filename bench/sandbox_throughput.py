@@ -4,13 +4,14 @@ sandbox per snippet (bwrap and the interpreter started each time), side by side 
     .venv/bin/python bench/sandbox_throughput.py [--snippets 200] [--repeats 5] [--workers 2]
         [--essa-config configs/tiny-code-essa.yaml --generations 3]
 
-The snippet is a small honest solution (a function and 3 asserts); both ways run `workers` snippets at a time and
-every snippet must pass. With --essa-config, it then runs that many ESSA generations of the preset (the code task:
-its SFT start, cached, then population x minibatch greedy programs a generation, each run against its hidden tests
-in the pool) in this process and times the reward's calls inside each: the sandbox's share of a generation, and
-the share of snippets answered from the verdicts already reached (eval.sandbox.memo_size; 0 runs every one).
-Prints one JSON line: the median snippets/s of each way over the repeats, their ratio, the pool's start-up time,
-the share (median over generations) and the machine's load average when measured.
+The snippet is a small honest solution (a function and 3 asserts); both ways run `workers` snippets at a time, in
+the same sandbox (the interpreter's own files and nothing else of the host), and every snippet must pass. With
+--essa-config, it then runs that many ESSA generations of the preset (the code task: its SFT start, cached, then
+population x minibatch greedy programs a generation, each run against its hidden tests in the pool) in this process
+and times the reward's calls inside each: the sandbox's share of a generation, and the share of snippets answered
+from the verdicts already reached (eval.sandbox.memo_size; 0 runs every one). Prints one JSON line: the median
+snippets/s of each way over the repeats, their ratio, the pool's start-up time, the share (median over
+generations) and the machine's load average when measured.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def pool_rate(pool: SandboxPool, n: int) -> float:
 
 
 def fresh_rate(cfg: SandboxConfig, n: int) -> float:
-    argv = [*bwrap_argv(cfg), sandbox_python(cfg), "-I", "-c", SNIPPET]
+    argv = [*bwrap_argv(cfg), sandbox_python(cfg), "-I", "-S", "-c", SNIPPET]  # as the workers start
 
     def one(_: int) -> int:
         return subprocess.run(argv, capture_output=True, timeout=60, **sandbox_popen_kwargs()).returncode

@@ -80,7 +80,7 @@ class EvalConfig(StrictConfig):
         out = {"reward": self.reward if kind == "builtin" else function, "reward_digest": self.reward_digest or ""}
         out["correct_threshold"] = f"{self.correct_threshold:g}"
         if self.runs_code:
-            out["sandbox"] = "none (unsandboxed: trusted code only)" if self.sandbox.kind == "none" else "bubblewrap"
+            out["sandbox"] = self.sandbox.judged_as()  # its kind, and the packages it shows when there are any
         return out
 
     @model_validator(mode="after")

@@ -1,9 +1,10 @@
 """A long-lived sandbox worker: each snippet it is sent runs in a fresh forked child under rlimits.
 
-Started by essaflow.sandbox.worker_proc as `python -I -c <this file's text> [--sandboxed] <limits JSON>` (inside
-bubblewrap, or a plain subprocess for `sandbox.kind: none`); standard library only, and it imports nothing from
-essaflow. Requests and answers are length-prefixed JSON on stdin and stdout (a 4-byte big-endian length, then the
-body); the first answer is `{"ready": pid}`.
+Started by essaflow.sandbox.worker_proc as `python -I [-S] -c <this file's text> [--sandboxed] <limits JSON>`
+(inside bubblewrap, or a plain subprocess for `sandbox.kind: none`); standard library only, and it imports nothing
+from essaflow (the sandbox does not show essaflow's files). The limits' `path` is added to sys.path. Requests and
+answers are length-prefixed JSON on stdin and stdout (a 4-byte big-endian length, then the body); the first answer
+is `{"ready": pid}`.
 
 Request: `{"code": str, "token": str}`. Answer: `{"end": "exit" | "signal" | "timeout" | "output", "code": int |
 None, "output": str, "token": str, "wall_s": float}`. The child writes the token to a pipe of its own only after the
@@ -22,7 +23,7 @@ import sys
 import time
 
 _HEADER = struct.Struct(">I")
-_SCRATCH = ("/tmp", "/dev/shm")  # wiped after every snippet, sandboxed workers only
+_SCRATCH = ("/tmp", "/sandbox", "/dev/shm")  # wiped after every snippet, sandboxed only (/sandbox: bubblewrap.WORK_DIR)
 _PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _IPC_RMID = 1, 4, 0
 
 
@@ -227,6 +228,7 @@ def _run(request, limits, sandboxed, host_fds):
 
 def _serve():
     limits, sandboxed = json.loads(sys.argv[-1]), "--sandboxed" in sys.argv
+    sys.path += limits.get("path", [])  # the folder of the packages the sandbox shows (eval.sandbox.packages)
     if sandboxed and os.getpid() > 3:  # kill(-1) is only safe in a pid namespace of our own
         sys.exit("worker_main: --sandboxed outside a fresh pid namespace")
     host_in, host_out = os.dup(0), os.dup(1)

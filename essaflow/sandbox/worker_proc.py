@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from essaflow.sandbox.bubblewrap import (
+    PACKAGES_DIR,
     SANDBOX_PATH,
     SandboxUnavailable,
     bwrap_argv,
@@ -54,8 +55,10 @@ def worker_command(cfg: SandboxConfig, scratch: str | None, info_fd: int | None)
         "output_bytes": cfg.output_bytes,
     }
     if cfg.kind == "bubblewrap":
+        limits["path"] = [PACKAGES_DIR] if cfg.packages else []
         bwrap, *options = bwrap_argv(cfg)
-        argv = [bwrap, "--info-fd", str(info_fd), *options, sandbox_python(cfg), "-I", "-c", _worker_source()]
+        # -S: no site-packages, no .pth files; the packages the snippets may import are cfg.packages alone
+        argv = [bwrap, "--info-fd", str(info_fd), *options, sandbox_python(cfg), "-I", "-S", "-c", _worker_source()]
         return [*argv, "--sandboxed", json.dumps(limits)], {**sandbox_popen_kwargs(), "pass_fds": (info_fd,)}
     env = {"PATH": SANDBOX_PATH, "HOME": scratch, "LANG": "C.UTF-8"}
     return [sys.executable, "-I", "-c", _worker_source(), json.dumps(limits)], {"env": env, "cwd": scratch}

@@ -1,14 +1,19 @@
 """The sandbox on real bubblewrap, no mocks: every hostile snippet scores 0, is contained, and the pool goes on
-scoring an honest solution 1 (the same pool, before and after each); the timeout holds; a missing bwrap names the
-package; kind none runs without isolation."""
+scoring an honest solution 1 (the same pool, before and after each); a snippet sees the interpreter's files and
+nothing else of the host (no project, store or MLflow database, wherever they live); the packages named are
+importable and no other; the timeout holds; a missing bwrap names the package, a wrong bwrap_path the field; kind
+none runs without isolation."""
 
+import json
 import os
 import shutil
 import socket
+import sqlite3
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -22,6 +27,7 @@ from essaflow.sandbox import (
     require_bubblewrap,
     shared_pool,
 )
+from essaflow.sandbox.bubblewrap import PACKAGES_DIR, WORK_DIR, sandbox_layout, sandbox_python
 
 TIMEOUT_S = 2.0
 SLACK_S = 1.5  # the kill, the reaping and a loaded 2-core machine
@@ -256,3 +262,165 @@ def test_shared_pool_is_one_per_config():
         first.close()
     assert shared_pool(cfg) is not first  # a closed pool is replaced
     shared_pool(cfg).close()
+
+
+@pytest.fixture(scope="module")
+def project(outside):
+    """A user's project outside /tmp and $HOME, every file world-readable, each holding a secret: a data file in
+    the checkout, a dataset's held-out answers in the artifact store and the MLflow database (sqlite)."""
+    root = outside / "project"
+    files = {
+        "data": root / "data" / "train.jsonl",
+        "store": root / ".essaflow" / "store" / "datasets" / "heldout.jsonl",
+        "mlflow": root / "mlflow.db",
+    }
+    secret = uuid.uuid4().hex
+    for path in files.values():
+        path.parent.mkdir(parents=True, exist_ok=True)
+    for name in ("data", "store"):
+        files[name].write_text(json.dumps({"prompt": "add 1 and 2", "answer": secret}) + "\n")
+    with sqlite3.connect(files["mlflow"]) as db:
+        db.execute("create table params (key text, value text)")
+        db.execute("insert into params values ('heldout_answer', ?)", (secret,))
+    db.close()
+    for folder, _, names in os.walk(root):
+        os.chmod(folder, 0o755)
+        for name in names:
+            os.chmod(os.path.join(folder, name), 0o644)
+    real = os.path.realpath(root)
+    assert not real.startswith("/tmp/") and not real.startswith(os.path.realpath(os.path.expanduser("~")) + "/")
+    return secret, files
+
+
+def leak(path: Path, secret: str) -> str:
+    """A completion that solves the task, then reads `path` (as a reward hacker reads the held-out answers) and
+    passes only when the secret was there to read."""
+    if path.suffix == ".db":
+        db = f"sqlite3.connect('file:{path}?immutable=1', uri=True)"
+        read = f"import sqlite3\nfound = str({db}.execute('select value from params').fetchall())\n"
+    else:
+        read = f"found = open({str(path)!r}).read()\n"
+    return f"```python\n{PROGRAM}{read}assert {secret!r} in found\n```"
+
+
+def test_a_snippet_cannot_read_the_project_the_store_or_the_mlflow_database(pool, project):
+    secret, files = project
+    honest = f"```python\n{PROGRAM}```"
+    completions = [honest, *(leak(path, secret) for path in files.values())]
+    assert code_tests_scores(completions, [TESTS] * len(completions), pool) == [1.0, 0.0, 0.0, 0.0]
+    for path in files.values():  # not refused: not there at all
+        output = pool.run([extract_program(leak(path, secret)) + TESTS])[0].output
+        assert "No such file or directory" in output or "unable to open database" in output, output
+    # the same completions, run without isolation on this host, reach every secret: the files are readable
+    with SandboxPool(SandboxConfig(kind="none", workers=1)) as unsandboxed:
+        assert code_tests_scores(completions, [TESTS] * len(completions), unsandboxed) == [1.0] * len(completions)
+    assert_healthy(pool)
+
+
+def test_the_checkout_and_the_folders_above_a_project_are_not_there(pool, project):
+    _, files = project
+    paths = [Path(__file__).resolve(), *files.values()]
+    above = sorted({str(folder) for path in paths for folder in path.parents if str(folder) != "/"})
+    code = f"import os\nthere = [p for p in {above!r} if os.path.lexists(p)]\nassert not there, there\n"
+    outcome = pool.run([code])[0]
+    assert outcome.ok, outcome
+
+
+def sandbox_tops(cfg: SandboxConfig) -> set[str]:
+    """The top-level entries the sandbox's own layout makes: what it binds and links for the interpreter (and
+    /packages), and the folders bwrap mounts itself."""
+    layout = sandbox_layout(sandbox_python(cfg), tuple(cfg.packages))
+    dests = [layout[i + 2] for i, arg in enumerate(layout) if arg in ("--ro-bind", "--symlink")]
+    return {Path(d).parts[1] for d in dests} | {"dev", "proc", "tmp", WORK_DIR.strip("/")}
+
+
+def test_listing_root_shows_only_the_sandboxs_own_entries(pool, project):
+    listing = pool.run(["import json, os\nprint(json.dumps(sorted(os.listdir('/'))))\n"])[0]
+    assert listing.ok, listing
+    seen = set(json.loads(listing.output))
+    assert seen == sandbox_tops(pool.cfg)
+    python = Path(sandbox_python(pool.cfg))
+    host_only = {"home", "root", "opt", "srv", "mnt", "var", "work", "run", "boot", "media", "sys"}
+    host_only |= {project[1]["data"].resolve().parts[1], Path(__file__).resolve().parts[1]}
+    assert not (seen & (host_only - {python.parts[1]})), seen
+    # every file it can find lies in what the interpreter needs: its own folders, the libraries, /etc's few files
+    layout = sandbox_layout(str(python))
+    shown = [layout[i + 1] for i, arg in enumerate(layout) if arg == "--ro-bind"]
+    code = f"""import os
+shown = {shown!r}
+stray = []
+for top in sorted(os.listdir('/')):
+    for folder, dirs, names in os.walk('/' + top):
+        if folder in ('/proc', '/dev'):
+            dirs[:] = []
+            continue
+        for name in names:
+            path = os.path.realpath(os.path.join(folder, name))
+            if os.path.exists(path) and not any(path == s or path.startswith(s + '/') for s in shown):
+                stray.append(path)
+assert not stray, stray[:20]
+"""
+    with SandboxPool(SandboxConfig(workers=1, timeout_s=60)) as roomy:  # thousands of files, on a loaded machine
+        outcome = roomy.run([code])[0]
+    assert outcome.ok, outcome
+
+
+def test_the_sandboxs_own_root_is_read_only(pool):
+    for code in ("open('/left-behind', 'w').write('x')\n", "import os\nos.mkdir('/usr/left-behind')\n"):
+        outcome = run_one(pool, code)
+        assert outcome.status == "failed" and "Read-only file system" in outcome.output, outcome
+    outcome = pool.run(["import os\nopen('notes.txt', 'w').write('x')\nprint(os.getcwd())\n"])[0]
+    assert outcome.ok and outcome.output == f"{WORK_DIR}\n", outcome  # the working folder: its own, writable
+    assert pool.run(["import os\nassert not os.listdir('.')\n"])[0].ok  # and wiped after each snippet
+
+
+def test_the_packages_named_are_importable_and_no_other():
+    with SandboxPool(SandboxConfig(workers=1, packages=["numpy"])) as pool:
+        assert_healthy(pool)
+        code = "import json, os, numpy\nassert numpy.linalg.inv(numpy.eye(2))[0, 0] == 1.0\n"
+        outcome = pool.run([code + "print(json.dumps(os.listdir('/packages')))\n"])[0]
+        assert outcome.ok, outcome
+        assert "numpy" in json.loads(outcome.output) and set(json.loads(outcome.output)) <= {"numpy", "numpy.libs"}
+        unlisted = pool.run(["import yaml\n"])[0]  # installed here, not named
+        assert unlisted.status == "failed" and "No module named 'yaml'" in unlisted.output, unlisted
+        assert PACKAGES_DIR.strip("/") in sandbox_tops(pool.cfg)
+    with SandboxPool(SandboxConfig(workers=1)) as pool:  # the default: the standard library alone
+        assert "No module named 'numpy'" in pool.run(["import numpy\n"])[0].output
+    with pytest.raises(SandboxUnavailable, match=r"eval\.sandbox\.packages: 'no_such_package_here' is not installed"):
+        SandboxPool(SandboxConfig(packages=["no_such_package_here"]))
+
+
+def test_the_packages_are_part_of_the_protocol():
+    from essaflow.judging.config import EvalConfig
+    from essaflow.judging.gate import protocol_digest
+
+    sampling = SimpleNamespace(temperature=1.0, top_p=1.0, max_new_tokens=64)
+    plain = EvalConfig(reward="code_tests")
+    assert plain.judged_with()["sandbox"] == "bubblewrap"  # unchanged without packages: old digests still match
+    digests = {
+        protocol_digest(EvalConfig(reward="code_tests", sandbox={"packages": names}), sampling)
+        for names in ([], ["numpy"], ["numpy", "sympy"])
+    }
+    assert len(digests) == 3
+    same = [EvalConfig(reward="code_tests", sandbox={"packages": p}) for p in (["sympy", "numpy"], ["numpy", "sympy"])]
+    assert protocol_digest(same[0], sampling) == protocol_digest(same[1], sampling)
+
+
+def test_hidden_paths_and_bad_package_names_are_refused_by_name():
+    from essaflow.config import ConfigError, load_config
+
+    for override, said in (
+        ("eval.sandbox.hidden_paths=[/etc]", "eval.sandbox: hidden_paths is gone"),
+        ("eval.sandbox.packages=[numpy.linalg]", "eval.sandbox.packages: ['numpy.linalg']: not top-level"),
+    ):
+        with pytest.raises(ConfigError, match=said.replace(".", r"\.").replace("[", r"\[")):
+            load_config(None, [override])
+
+
+def test_a_wrong_bwrap_path_names_the_field_and_where_bwrap_is(tmp_path):
+    wrong = str(tmp_path / "bin" / "bwrap")
+    with pytest.raises(SandboxUnavailable) as raised:
+        require_bubblewrap(SandboxConfig(bwrap_path=wrong))
+    said = str(raised.value)
+    assert "eval.sandbox.bwrap_path" in said and wrong in said and shutil.which("bwrap") in said, said
+    assert "install the Debian package" not in said
