@@ -183,7 +183,11 @@ def finetune_summary(
     if state.name == "Skipped":
         return {**result.model_dump(), "wall_s": wall}
     out = with_overhead(result.model_dump(), wall, ahead)
-    keys = ["before", "after", "model_name", "model_version", "aliases", "tracking_uri", "storage_uri", "wall_s"]
+    from essaflow.generation.sampling import resolve_backend
+
+    out["engine"] = resolve_backend(cfg.sampling.backend)  # what generated: evaluation, ESSA scoring, GRPO rollouts
+    keys = ["before", "sft_start", "after", "engine", "model_name", "model_version", "aliases", "tracking_uri",
+            "storage_uri", "wall_s"]  # fmt: skip
     return (
         {"state": "completed"}
         | {k: out[k] for k in keys}
@@ -287,26 +291,33 @@ def eval_(
     ] = None,
     model: Annotated[str, typer.Option("--model", help="registered model name")] = "tiny-arith",
     alias: Annotated[str, typer.Option(help="alias to evaluate")] = "champion",
+    base: Annotated[bool, typer.Option("--base", help="evaluate the config's model.name_or_path, no adapter")] = False,
     config: ConfigOpt = None,
     set_: SetOpt = None,
     verbose: bool = False,
 ) -> None:
     """pass@k of a registered model version: `essaflow eval models:/NAME@ALIAS` (or --model NAME --alias ALIAS);
     without -c, on the dataset and protocol its tags record (data, eval, sampling at registration; --set still
-    applies), else with the config's. A model or alias the registry lacks fails before anything is evaluated."""
+    applies), else with the config's. A model or alias the registry lacks fails before anything is evaluated.
+    `essaflow eval --base -c CONFIG`: the config's base model as it is (HumanEval of the base, say)."""
     flow_logging(verbose)
+    if target is not None and base:
+        refuse([f"--base evaluates the config's model.name_or_path: give it without {target}"])
     if target is not None:
         model, alias = _model_and_alias(target)
     cfg = load(config, set_)
     service_env()
-    _require_version(cfg, model, alias)
-    if config is None:
+    if base:
+        model, alias = cfg.name, "base"
+    else:
+        _require_version(cfg, model, alias)
+    if config is None and not base:
         cfg = _recorded_protocol(cfg, model, alias, set_ or [])
     from flows.evaluate import EvaluateParams, evaluate_model
 
     params = EvaluateParams(
         model_name=model, alias=alias, data=cfg.data, eval=cfg.eval, sampling=cfg.sampling,
-        storage_uri=cfg.storage_uri, tracking_uri=cfg.tracking_uri,
+        storage_uri=cfg.storage_uri, tracking_uri=cfg.tracking_uri, base_model=cfg.model if base else None,
     )  # fmt: skip
     start = time.perf_counter()
     quiet_console_tracebacks()
@@ -318,8 +329,9 @@ def eval_(
     ref = state.result()
     emit(
         {
-            "model": f"{model}@{alias}",
+            "model": cfg.model.name_or_path if base else f"{model}@{alias}",
             "pass_at_k": ref.summary,
+            "judged_with": cfg.eval.judged_with(),
             "truncated_share": ref.truncated_share,
             "report_uri": ref.uri,
             "wall_s": round(time.perf_counter() - start, 2),

@@ -125,12 +125,19 @@ def _check_s3(uri: str, field_name: str, report: InputReport) -> None:
 
 
 def _check_model(model: ModelConfig, report: InputReport) -> None:
+    from essaflow.model.gguf import gguf_file, is_gguf_name
     from essaflow.model.identity import checkpoint_problem
     from essaflow.model.tiny_recipe import BUILTIN_MODELS
 
     name, where = model.name_or_path, "model.name_or_path"
     if name in BUILTIN_MODELS:
         report.notes.append(f"{where}: the built-in tiny model {name}")
+        return
+    if is_gguf_name(name):
+        try:
+            report.notes.append(f"{where}: GGUF {gguf_file(name)} (dequantized to {model.dtype} once, then cached)")
+        except ValueError as e:
+            report.problems.append(str(e))
         return
     if name.startswith("s3://"):
         _check_s3(name, where, report)
@@ -200,6 +207,14 @@ def _check_data(data: DataConfig, report: InputReport, where: str = "data.path")
     if data.source == "synthetic":
         report.notes.append(f"data: the built-in synthetic task {data.synthetic.task}")
         return read_problems(data).problems  # generated in a fraction of a second: its splits are checked too
+    if data.source in ("reasoning_gym", "humaneval"):  # generated or shipped by a package: read as the run will
+        try:
+            problems = read_problems(data).problems
+        except DataError as e:
+            report.problems.append(str(e))
+            return None
+        report.notes.append(f"data: {data.source}: {len(problems)} problems")
+        return problems
     assert data.path  # the config requires it for every other source
     if data.source == "s3":
         _check_s3(data.path, where, report)

@@ -183,7 +183,12 @@ class PipelineResult(BaseModel):
 
     run_id: str
     before: dict[str, float]
+    """pass@k and greedy of the base model."""
+    sft_start: dict[str, float] = {}
+    """The same of the adapter training started from (the SFT start): SFT's part is sft_start - before, the
+    method's is after - sft_start."""
     after: dict[str, float]
+    """The same of the tuned adapter."""
     model_name: str
     model_version: str
     aliases: list[str]

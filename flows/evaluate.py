@@ -8,7 +8,7 @@ from essaflow.config import PipelineConfig
 from essaflow.refs import EvalRef
 from flows.parameters import EvaluateParams, without_uri_passwords
 from tasks.data import prepare_dataset
-from tasks.evaluation import check_registered, evaluate_registered
+from tasks.evaluation import check_registered, evaluate_pass_at_k, evaluate_registered
 from tasks.run import end_evaluation, mark_failed, open_run
 
 EVALUATION_STAGES = ("open_run", "prepare_dataset", "evaluate-<model>-<alias>")
@@ -17,7 +17,8 @@ EVALUATION_STAGES = ("open_run", "prepare_dataset", "evaluate-<model>-<alias>")
 
 @flow(name="evaluate", on_failure=[mark_failed], on_crashed=[mark_failed])
 def evaluate_model(params: EvaluateParams = EvaluateParams()) -> EvalRef:
-    """Evaluate models:/<model_name>@<alias>; the report goes to storage and to an MLflow run.
+    """Evaluate models:/<model_name>@<alias>, or a base model as it is (params.base_model); the report goes to
+    storage and to an MLflow run.
 
     Args:
         params: the model and alias, and configs/tiny.yaml's data, eval and sampling; what you change overrides them.
@@ -32,11 +33,16 @@ def evaluate_model(params: EvaluateParams = EvaluateParams()) -> EvalRef:
         storage_uri=params.storage_uri,
         tracking_uri=params.tracking_uri,
     )
-    check_registered(params.model_name, params.alias, params.tracking_uri)  # a missing model: before anything else
+    base = params.base_model
+    if base is None:
+        check_registered(params.model_name, params.alias, params.tracking_uri)  # a missing model: before anything else
     run = open_run(config, None, len(EVALUATION_STAGES))
     dataset = prepare_dataset(params.data, run.storage_uri, params.eval.data)
     # config.eval: eval.reward=auto resolved from the data (the pipeline config does it)
-    report = evaluate_registered(params.model_name, params.alias, dataset, config.eval, params.sampling, run)
+    if base is None:
+        report = evaluate_registered(params.model_name, params.alias, dataset, config.eval, params.sampling, run)
+    else:
+        report = evaluate_pass_at_k(params.data, base, params.sampling, config.eval, dataset, None, "base", run)
     end_evaluation(run)
     return report
 

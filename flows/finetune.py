@@ -1,5 +1,5 @@
-"""The main pipeline: data -> baseline pass@k -> SFT warm start -> ESSA or F-GRPO -> pass@k -> the champion on the
-same problems -> registry (the promotion gate).
+"""The main pipeline: data -> baseline pass@k -> SFT warm start -> its pass@k -> ESSA or F-GRPO -> pass@k -> the
+champion on the same problems -> registry (the promotion gate).
 
 Each stage is a task that takes its own config sections and the references earlier stages returned, writes its
 artifact to storage and returns a small reference; a failed stage is retried (training resumes from its last
@@ -19,7 +19,7 @@ from essaflow.refs import PipelineResult
 from flows.parameters import ESSAPipelineConfig, FGRPOPipelineConfig, without_uri_passwords
 from tasks.champion import evaluate_champion
 from tasks.data import prepare_dataset, record_dataset
-from tasks.evaluation import evaluate_pass_at_k
+from tasks.evaluation import evaluate_pass_at_k, evaluate_start_point
 from tasks.inputs import check_run_inputs, skip_run
 from tasks.model import build_base_model
 from tasks.register import register
@@ -27,7 +27,8 @@ from tasks.run import close_run, mark_failed, open_run
 from tasks.training import train_adapter, warm_start
 
 PIPELINE_STAGES = (
-    "open_run", "prepare_dataset", "check_inputs", "build_base_model", "evaluate-base", "warm_start", "train",
+    "open_run", "prepare_dataset", "check_inputs", "build_base_model", "evaluate-base", "warm_start",
+    "evaluate-sft_start", "train",
     "evaluate-tuned", "evaluate-champion", "register",
 )  # fmt: skip
 """The stages that report to the progress counter (close_run reports the run itself)."""
@@ -56,12 +57,14 @@ def finetune(
     base = build_base_model(config.model)
     before = evaluate_pass_at_k(config.data, config.model, config.sampling, config.eval, dataset, None, "base", run)
     sft = warm_start(config.data, config.model, config.sft, config.adapter_uri, dataset, run)
+    # SFT's part apart from the method's: the start under the same protocol (the base's report when untrained)
+    start = evaluate_start_point(config.data, config.model, config.sampling, config.eval, dataset, sft, before, run)
     tuned = train_adapter(config, dataset, sft, run)  # the trainers take the pipeline config (method_trajectory's)
     after = evaluate_pass_at_k(config.data, config.model, config.sampling, config.eval, dataset, tuned, "tuned", run)
     # the gate's baseline: the champion on these problems under this protocol (its stored counts when they match)
     champion = evaluate_champion(config.registry, config.eval, config.sampling, dataset, run)
     model = register(config, dataset, base, tuned, before, after, champion, run)
-    return close_run(run, dataset, base, sft, tuned, before, after, model)
+    return close_run(run, dataset, base, sft, tuned, before, after, model, start)
 
 
 # One flow per deployment (prefect.yaml), so each form holds only its method's settings and its preset's values;

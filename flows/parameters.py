@@ -25,6 +25,7 @@ from pydantic import Field, create_model, model_validator
 from essaflow.config import (
     DataConfig,
     EvalConfig,
+    ModelConfig,
     PipelineConfig,
     SamplingConfig,
     load_config,
@@ -138,6 +139,9 @@ class EvaluateParams(PresetParams):
     """Registered model name (the pipeline name)."""
     alias: str = "champion"
     """Alias to evaluate: champion, challenger, or any alias you set."""
+    base_model: ModelConfig | None = None
+    """A base model to evaluate as it is, with no adapter, instead of a registered version (`essaflow eval --base`):
+    the starting point a tuned model is compared with (model_name then names only the MLflow experiment)."""
     data: DataConfig = DataConfig()
     """Dataset to evaluate on (its eval split); the same config as training gives the same held-out problems."""
     eval: EvalConfig = EvalConfig()

@@ -7,7 +7,7 @@ from prefect.artifacts import create_table_artifact
 
 from essaflow.config import DataConfig, EvalConfig, ModelConfig, SamplingConfig
 from essaflow.refs import AdapterRef, DatasetRef, EvalRef, RunRef
-from essaflow.runs.scoring import eval_table, evaluate_alias, evaluate_on_eval_split
+from essaflow.runs.scoring import eval_table, evaluate_alias, evaluate_on_eval_split, evaluate_start
 from essaflow.tracking import resolve_tracking_uri
 from essaflow.tracking.aliases import registered_version
 from tasks.failures import masked_errors
@@ -27,6 +27,18 @@ def evaluate_pass_at_k(
     ref = evaluate_on_eval_split(data, model, sampling, eval_cfg, dataset, adapter, label, run)
     create_table_artifact(eval_table(ref), key=f"passk-{label}", description=f"pass@k of {label} ({ref.uri})")
     get_run_logger().info("%s: %s", label, {k: round(v, 3) for k, v in ref.summary.items()})
+    return ref
+
+
+@task(name="evaluate_start", task_run_name="evaluate-sft_start", **retry_policy(), on_completion=[record_stage])
+@masked_errors
+def evaluate_start_point(
+    data: DataConfig, model: ModelConfig, sampling: SamplingConfig, eval_cfg: EvalConfig, dataset: DatasetRef,
+    start: AdapterRef, base: EvalRef, run: RunRef,
+) -> EvalRef:  # fmt: skip
+    """pass@k of the adapter training starts from, so SFT's part and the method's part are reported apart."""
+    ref = evaluate_start(data, model, sampling, eval_cfg, dataset, start, base, run)
+    create_table_artifact(eval_table(ref), key="passk-sft-start", description=f"pass@k of the SFT start ({ref.uri})")
     return ref
 
 

@@ -42,7 +42,7 @@ def build_base_model(model: ModelConfig) -> ModelRef:
     with timer.part("compute"):
         from essaflow.model.loading import resolve_model_path  # torch, as in tasks/data.py
 
-        path = resolve_model_path(model.name_or_path)
+        path = resolve_model_path(model.name_or_path, model.dtype)
     get_run_logger().info("base model %s -> %s", model.name_or_path, path)
     return ModelRef(
         name_or_path=model.name_or_path,

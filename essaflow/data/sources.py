@@ -15,6 +15,8 @@ from essaflow.data.shards import Snapshot, local_snapshot, read_snapshot, s3_sna
 from essaflow.data.synthetic_tasks import task_problems
 
 log = logging.getLogger(__name__)
+#: sources an installed package generates or ships (essaflow.data.reasoning_gym, essaflow.data.humaneval)
+PACKAGE_SOURCES = ("reasoning_gym", "humaneval")
 
 
 @dataclass(frozen=True)
@@ -71,15 +73,26 @@ def read_source(cfg: DataConfig, snapshot: Snapshot | None = None) -> Table:
 def read_problems(cfg: DataConfig) -> LoadedProblems:
     """Problems and the dropped rows; malformed rows raise one BadRowsError unless on_bad_row=drop."""
     snapshot = source_snapshot(cfg)
+    dropped: list[tuple[int, str]] = []
     if cfg.source == "synthetic":
         s = cfg.synthetic
         problems = task_problems(s.task, s.num_problems, cfg.seed, s.knobs())
-        dropped: list[tuple[int, str]] = []
+    elif cfg.source == "reasoning_gym":
+        from essaflow.data.reasoning_gym import reasoning_gym_problems
+
+        problems = reasoning_gym_problems(cfg.reasoning_gym, cfg.seed)
+    elif cfg.source == "humaneval":
+        from essaflow.data.humaneval import humaneval_problems
+
+        problems = humaneval_problems()
     else:
         problems, dropped = table_problems(read_source(cfg, snapshot), cfg)
     if cfg.max_problems is not None:
         problems = problems[: cfg.max_problems]
-    return LoadedProblems(problems, dropped, cfg.path or "synthetic", snapshot)
+    if cfg.source in PACKAGE_SOURCES and cfg.prompt_template != "{prompt}":  # files apply it row by row
+        template = cfg.prompt_template
+        problems = [p.model_copy(update={"prompt": template.replace("{prompt}", p.prompt)}) for p in problems]
+    return LoadedProblems(problems, dropped, cfg.path or cfg.source, snapshot)
 
 
 def load_problems(cfg: DataConfig) -> list[Problem]:

@@ -109,6 +109,6 @@ def vllm_scoring(spec: ScoringSpec, model_cfg, svd, fitness: MinibatchFitness) -
     from essaflow.generation.vllm_engine import served_lora_rank, shared_engine
     from essaflow.model.loading import resolve_model_path
 
-    path, rank = resolve_model_path(model_cfg.name_or_path), model_cfg.lora_rank
+    path, rank = resolve_model_path(model_cfg.name_or_path, model_cfg.dtype), model_cfg.lora_rank
     engine = shared_engine(path, model_cfg.dtype, VLLMConfig(**spec.vllm), rank)
     return VLLMScoring(spec, svd, fitness, engine, served_lora_rank(rank))

@@ -84,7 +84,7 @@ class Learner:
         tok = load_tokenizer(cfg.model)
         engine = None
         if resolve_backend(cfg.sampling.backend) == "vllm":
-            path = resolve_model_path(cfg.model.name_or_path)
+            path = resolve_model_path(cfg.model.name_or_path, cfg.model.dtype)
             m = cfg.model
             engine = PolicyEngine(path, m.dtype, cfg.sampling.vllm, cfg.grpo.parameters, m.lora_rank)
             with dp.gathered():

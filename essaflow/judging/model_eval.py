@@ -45,7 +45,7 @@ def evaluate_adapter(
         if model_cfg.quantization != "none":
             log.warning("model.quantization=%s is not applied by the vLLM backend", model_cfg.quantization)
         generator = VLLMGenerator(
-            resolve_model_path(model_cfg.name_or_path), model_cfg.dtype, sampling.vllm, fmt,
+            resolve_model_path(model_cfg.name_or_path, model_cfg.dtype), model_cfg.dtype, sampling.vllm, fmt,
             str(adapter_dir) if adapter_dir else None, model_cfg.lora_rank, load_tokenizer(model_cfg),
             eval_cfg.shared_prompt,
         )  # fmt: skip

@@ -23,7 +23,7 @@ from essaflow.judging.config import EvalConfig
 from essaflow.judging.judge import Judge, RewardError, judge_for
 from essaflow.judging.reward_ref import RewardRef, RewardRefError
 
-OFFLINE_SOURCES = ("synthetic", "file")
+OFFLINE_SOURCES = ("synthetic", "file", "reasoning_gym", "humaneval")
 """data.source values read without a network: the reward is tried on their first rows."""
 
 

@@ -41,11 +41,14 @@ AUTO_REWARD = "auto"
 def resolve_reward(reward: str, source: str, adapter: str, task: str = "arithmetic") -> str:
     """eval.reward=auto -> the reward that matches the data: math_verify for GSM8K and MATH answers (equivalent
     forms such as 0.5 and \\frac{1}{2} agree), exact_match for plain files (answers as written), and for the
-    synthetic source its task's own (`task`: exact_match, countdown, code_tests). Any other name passes through."""
+    synthetic source its task's own (`task`: exact_match, countdown, code_tests); reasoning_gym for reasoning-gym's
+    tasks and code_tests for HumanEval. Any other name passes through."""
     if reward != AUTO_REWARD:
         return reward
     if source == "synthetic":
         return synthetic_task(task).reward
+    if source in ("reasoning_gym", "humaneval"):
+        return "reasoning_gym" if source == "reasoning_gym" else "code_tests"
     return "math_verify" if adapter in ("gsm8k", "math") else "exact_match"
 
 
@@ -89,17 +92,19 @@ def final_number_reward(completion: str, reference: str) -> float:
 
 @register_reward("code_tests", batch=True, fields=("tests",))
 def code_tests(completions: list[str], problems: list[Problem], sandbox: SandboxConfig | None = None) -> list[float]:
-    """Code: each completion's program (its first fenced block, else the whole text) runs followed by its problem's
-    `tests` field (Python that raises when the solution is wrong) in the sandbox (eval.sandbox: bubblewrap by
-    default); 1.0 when it ran to its end, else 0.0. A batch reward: one pool of sandboxed workers takes them all; a
-    program and tests already judged in this process are not run again (eval.sandbox.memo_size)."""
+    """Code: each completion's program (its first fenced block, else the whole text) runs, after its problem's
+    `prelude` field when it has one (HumanEval's imports and helpers) and followed by its `tests` field (Python that
+    raises when the solution is wrong), in the sandbox (eval.sandbox: bubblewrap by default); 1.0 when it ran to
+    its end, else 0.0. A batch reward: one pool of sandboxed workers takes them all; a program and tests already
+    judged in this process are not run again (eval.sandbox.memo_size)."""
     from essaflow.sandbox import code_tests_scores, shared_memo, shared_pool
 
     missing = [p.id for p in problems if not isinstance(p.fields.get("tests"), str)]
     if missing:
         raise ValueError(f"code_tests needs each problem's `tests` field (Python text); missing for {missing[:5]}")
     tests = [p.fields["tests"] for p in problems]
-    return code_tests_scores(completions, tests, shared_pool(sandbox), shared_memo(sandbox))
+    preludes = [str(p.fields.get("prelude") or "") for p in problems]  # optional: HumanEval's imports and helpers
+    return code_tests_scores(completions, tests, shared_pool(sandbox), shared_memo(sandbox), preludes)
 
 
 @register_reward("countdown", fields=("numbers", "target"))
@@ -113,3 +118,16 @@ def countdown(completion: str, problem: Problem) -> float:
         raise ValueError(f"countdown needs the problem's `numbers` (a list) and `target` (an int) fields; "
                          f"{problem.id!r} has {sorted(problem.fields)}")  # fmt: skip
     return float(verify(completion, numbers, target))
+
+
+@register_reward("reasoning_gym", fields=("rg_task", "rg_entry"))
+def reasoning_gym(completion: str, problem: Problem) -> float:
+    """reasoning-gym: the task's own `score_answer` (graded, 0 to 1) of the completion's answer: an
+    `<answer>...</answer>` tag's content when there is one, else the best of its last line and its last number
+    (essaflow.data.reasoning_gym.extract_answer; docs/rewards.md). Correct at eval.correct_threshold."""
+    from essaflow.data.reasoning_gym import score
+
+    if not isinstance(problem.fields.get("rg_task"), str) or not isinstance(problem.fields.get("rg_entry"), dict):
+        raise ValueError(f"reasoning_gym needs the problem's `rg_task` and `rg_entry` fields (data.source="
+                         f"reasoning_gym); {problem.id!r} has {sorted(problem.fields)}")  # fmt: skip
+    return score(completion, problem.fields)

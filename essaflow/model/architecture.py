@@ -28,6 +28,18 @@ KNOWN_CONFIGS: dict[str, dict[str, Any]] = {
     "Qwen/Qwen2.5-7B": _QWEN25_7B,
     "Qwen/Qwen2.5-7B-Instruct": _QWEN25_7B,
     "Qwen/Qwen2.5-Math-7B": {**_QWEN25_7B, "max_position_embeddings": 4096},
+    # the GGUF's own numbers, as transformers reads them (essaflow/model/gguf.py)
+    "builtin:smollm2-135m-instruct": {
+        "vocab_size": 49152,
+        "hidden_size": 576,
+        "intermediate_size": 1536,
+        "num_hidden_layers": 30,
+        "num_attention_heads": 9,
+        "num_key_value_heads": 3,
+        "head_dim": 64,
+        "tie_word_embeddings": True,
+        "max_position_embeddings": 8192,
+    },
 }
 
 
@@ -103,10 +115,19 @@ def read_architecture(name_or_path: str) -> tuple[Architecture | None, str]:
 
     (None, why) where no config.json can be read without a download.
     """
+    from essaflow.model.gguf import converted_path, is_gguf_name
     from essaflow.model.tiny import builtin_path
     from essaflow.model.tiny_recipe import BUILTIN_MODELS
 
-    local = builtin_path(name_or_path) if name_or_path in BUILTIN_MODELS else Path(name_or_path).expanduser()
+    if name_or_path in BUILTIN_MODELS:
+        local = builtin_path(name_or_path)
+    elif is_gguf_name(name_or_path):  # its config once dequantized (nothing converted here)
+        try:
+            local = converted_path(name_or_path, "float32")
+        except ValueError as e:
+            return None, str(e)
+    else:
+        local = Path(name_or_path).expanduser()
     source: Path | None = local / "config.json" if (local / "config.json").is_file() else _hub_cache(name_or_path)
     if source is not None:
         return Architecture.from_config(json.loads(source.read_text())), str(source)

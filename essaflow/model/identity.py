@@ -2,6 +2,7 @@
 
 It changes whenever the weights a load would read change, and only then:
 
+- a GGUF file (or `builtin:smollm2-135m-instruct`): the file's SHA-256 (essaflow.model.gguf);
 - a built-in tiny model (`builtin:tiny`, `builtin:tiny-countdown`, ...): its recipe's digest (the checkpoint is a
   pure function of it);
 - a local directory: the digest of its files (essaflow.storage.digest_cache, remembered per file stat, so an unchanged
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Protocol
 
 from essaflow.config_base import ConfigError
+from essaflow.model.gguf import gguf_digest, gguf_file, is_gguf_name
 from essaflow.model.tiny_recipe import BUILTIN_MODELS
 from essaflow.storage.hub import hub_commit
 from essaflow.storage.sha256 import sha256_bytes
@@ -39,6 +41,8 @@ def model_identity(cfg: NamedModel) -> str:
     name = cfg.name_or_path
     if name in BUILTIN_MODELS:
         return f"{name}@{BUILTIN_MODELS[name].recipe.digest()}"
+    if is_gguf_name(name):
+        return f"{name}@{gguf_digest(name)[:16]}"
     if name.startswith("s3://"):
         return f"{name}@{s3_version(name)}"
     local = Path(name).expanduser()
@@ -53,6 +57,9 @@ def require_resolvable(cfg: NamedModel) -> None:
     """ConfigError naming model.name_or_path unless a hub id's revision resolves (the hub, else the local HF cache):
     what a run and a job check before they prepare data. The built-in model, s3:// and local paths pass here."""
     name = cfg.name_or_path
+    if is_gguf_name(name):
+        gguf_file(name)  # a ConfigError naming the field when the file or its package is missing
+        return
     if name not in BUILTIN_MODELS and not name.startswith("s3://") and not Path(name).expanduser().exists():
         hub_commit(name, cfg.revision, field="model.name_or_path")
 

@@ -15,6 +15,7 @@ from essaflow.config_base import ConfigError
 from essaflow.data.config import DataConfig
 from essaflow.model.config import ModelConfig, check_supported
 from essaflow.model.devices import resolve_device
+from essaflow.model.gguf import gguf_checkpoint, is_gguf_name
 from essaflow.model.identity import BUILTIN_TINY, checkpoint_problem, model_identity, s3_version  # noqa: F401 - callers import these here
 from essaflow.model.quantization import quantize_base
 from essaflow.model.tiny import builtin_path
@@ -35,12 +36,15 @@ def _checked_checkpoint(path: str, name_or_path: str) -> str:
     return path
 
 
-def resolve_model_path(name_or_path: str) -> str:
-    """Map a built-in tiny model ('builtin:tiny', 'builtin:tiny-countdown', ...) to its checkpoint (built once),
-    download an s3:// prefix to the cache; pass hub ids through. A local (or downloaded) directory without weights
-    or tokenizer files is a FileNotFoundError naming what is missing."""
+def resolve_model_path(name_or_path: str, dtype: str = "float32") -> str:
+    """Map a built-in tiny model ('builtin:tiny', 'builtin:tiny-countdown', ...) to its checkpoint (built once), a
+    GGUF file (or 'builtin:smollm2-135m-instruct') to its checkpoint dequantized to `dtype` (converted once,
+    essaflow.model.gguf), download an s3:// prefix to the cache; pass hub ids through. A local (or downloaded)
+    directory without weights or tokenizer files is a FileNotFoundError naming what is missing."""
     if name_or_path in BUILTIN_MODELS:
         return str(builtin_path(name_or_path))
+    if is_gguf_name(name_or_path):
+        return str(gguf_checkpoint(name_or_path, dtype))
     if name_or_path.startswith("s3://"):
         from essaflow.storage import open_store
 
@@ -56,7 +60,7 @@ def resolve_model_path(name_or_path: str) -> str:
 
 
 def load_tokenizer(cfg: ModelConfig) -> PreTrainedTokenizerBase:
-    path = resolve_model_path(cfg.name_or_path)
+    path = resolve_model_path(cfg.name_or_path, cfg.dtype)
     tok = AutoTokenizer.from_pretrained(path, revision=cfg.revision, trust_remote_code=cfg.trust_remote_code)
     tok.padding_side = "left"  # generation pads on the left; training builds its own right-padded batches
     if tok.pad_token is None:
@@ -74,7 +78,7 @@ def load_base_model(cfg: ModelConfig) -> PreTrainedModel:
     """Load the causal LM from disk onto cfg.device (never with remote code unless cfg.trust_remote_code)."""
     torch.set_num_threads(cfg.torch_threads)
     device = resolve_device(cfg.device)
-    path = resolve_model_path(cfg.name_or_path)
+    path = resolve_model_path(cfg.name_or_path, cfg.dtype)
     try:
         model = AutoModelForCausalLM.from_pretrained(
             path, revision=cfg.revision, trust_remote_code=cfg.trust_remote_code, dtype=_DTYPES[cfg.dtype]

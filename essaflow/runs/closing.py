@@ -45,6 +45,7 @@ def pipeline_result(done: FinishedRun, record: FlowRecord, now: float) -> Pipeli
                 parts[k] += ref.timings.get(k, 0.0)
     return PipelineResult(
         run_id=run.run_id, before=done.before.summary, after=done.after.summary, model_name=model.name,
+        sft_start=done.start.summary if done.start is not None else {},
         model_version=model.version, aliases=model.aliases, decision=model.decision, gate=model.gate,
         judged_with=done.after.judged_with,
         tracking_uri=safe_uri(run.tracking_uri), storage_uri=run.storage_uri, mlflow_run_id=run.mlflow_run_id,

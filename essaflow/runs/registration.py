@@ -83,6 +83,7 @@ def registration_tags(config: PipelineConfig, run: RunRef, candidate: Candidate,
         "method": adapter.kind,
         **trained_method_tags(adapter),
         "base_model": config.model.name_or_path,
+        **base_digest_tag(config.model.name_or_path),
         "dataset_hash": dataset.hash,
         "dataset_uri": dataset.uri,
         "adapter_uri": adapter.uri,
@@ -121,3 +122,10 @@ def register_candidate(config: PipelineConfig, run: RunRef, candidate: Candidate
                         model_uri=reg.model_uri, gate=judged.evidence.to_dict(), stage="register",
                         timings=timer.timings())  # fmt: skip
     return RegisteredVersion(ref, judged.evidence)
+
+
+def base_digest_tag(name: str) -> dict[str, str]:
+    """`base_model_sha256`: the GGUF file's SHA-256 when the base is one (the bytes its weights came from)."""
+    from essaflow.model.gguf import gguf_digest, is_gguf_name
+
+    return {"base_model_sha256": gguf_digest(name)} if is_gguf_name(name) else {}

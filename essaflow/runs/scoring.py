@@ -66,6 +66,18 @@ def evaluate_on_eval_split(
     return ref.model_copy(update={"stage": f"evaluate-{label}", "timings": timer.timings()})
 
 
+def evaluate_start(
+    data: DataConfig, model: ModelConfig, sampling: SamplingConfig, eval_cfg: EvalConfig, dataset: DatasetRef,
+    start: AdapterRef, base: EvalRef, run: RunRef,
+) -> EvalRef:  # fmt: skip
+    """pass@k of the adapter training starts from (the SFT start, or the adapter at adapter_uri), under the base's
+    protocol: what the method adds is tuned minus this, what SFT added is this minus the base. An untrained start
+    (no SFT steps: a fresh LoRA, B = 0) is the base itself, and its report is the base's."""
+    if start.kind == "sft" and start.training.steps == 0:
+        return base.model_copy(update={"stage": "evaluate-sft_start", "timings": {}, "reused": True})
+    return evaluate_on_eval_split(data, model, sampling, eval_cfg, dataset, start, "sft_start", run)
+
+
 def evaluate_alias(
     model_name: str, alias: str, dataset: DatasetRef, eval_cfg: EvalConfig, sampling: SamplingConfig, run: RunRef
 ) -> EvalRef:

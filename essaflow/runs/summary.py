@@ -27,24 +27,30 @@ class FinishedRun:
     before: EvalRef
     after: EvalRef
     model: RegisteredRef
+    start: EvalRef | None = None
+    """pass@k of the adapter training started from (the SFT start), under the same protocol."""
 
     def refs(self) -> tuple[Any, ...]:
         """The stage references whose timings the run's parts add up."""
-        return (self.run, self.dataset, self.base, self.sft, self.adapter, self.before, self.after, self.model)
+        refs = (self.run, self.dataset, self.base, self.sft, self.adapter, self.before, self.after, self.model)
+        return refs + ((self.start,) if self.start is not None else ())
 
 
-def passk_rows(before: EvalRef, after: EvalRef) -> list[dict[str, Any]]:
-    """One row per metric both reports have: before, after and the difference, to 4 places."""
-    return [
-        {
-            "metric": k,
-            "before": round(before.summary[k], 4),
-            "after": round(v, 4),
-            "delta": round(v - before.summary[k], 4),
-        }
-        for k, v in after.summary.items()
-        if k in before.summary
-    ]
+def passk_rows(before: EvalRef, after: EvalRef, start: EvalRef | None = None) -> list[dict[str, Any]]:
+    """One row per metric both reports have: before, after and the difference, to 4 places; with the training's
+    start, its score too and the parts of the difference: SFT's (start - before) and the method's (after - start)."""
+    rows = []
+    for k, v in after.summary.items():
+        if k not in before.summary:
+            continue
+        row = {"metric": k, "before": round(before.summary[k], 4), "after": round(v, 4)}
+        row["delta"] = round(v - before.summary[k], 4)
+        if start is not None and k in start.summary:
+            row["sft_start"] = round(start.summary[k], 4)
+            row["sft_delta"] = round(start.summary[k] - before.summary[k], 4)
+            row["method_delta"] = round(v - start.summary[k], 4)
+        rows.append(row)
+    return rows
 
 
 def snapshot_lines(dataset: DatasetRef, shown: int = SNAPSHOT_FILES_SHOWN) -> str:
@@ -64,8 +70,14 @@ def summary_markdown(done: FinishedRun) -> str:
     and after, and where every artifact is."""
     run, dataset, adapter, model = done.run, done.dataset, done.adapter, done.model
     mlflow_link = f"[MLflow run]({run.mlflow_url})" if run.mlflow_url else f"MLflow run `{run.mlflow_run_id}`"
-    table = passk_rows(done.before, done.after)
-    rows = "\n".join(f"| {r['metric']} | {r['before']} | {r['after']} | {r['delta']:+} |" for r in table)
+    table = passk_rows(done.before, done.after, done.start)
+    if done.start is not None:  # SFT's part and the method's part apart
+        head = "| metric | base | SFT start | tuned | SFT part | method part |\n|---|---|---|---|---|---|"
+        rows = "\n".join(f"| {r['metric']} | {r['before']} | {r.get('sft_start', '')} | {r['after']} | "
+                         f"{r.get('sft_delta', 0):+} | {r.get('method_delta', 0):+} |" for r in table)  # fmt: skip
+    else:
+        head = "| metric | before | after | delta |\n|---|---|---|---|"
+        rows = "\n".join(f"| {r['metric']} | {r['before']} | {r['after']} | {r['delta']:+} |" for r in table)
     fitness = f"; fitness: {adapter.training.fitness_kind}" if adapter.training.fitness_kind else ""
     return f"""# Fine-tune `{run.name}`: {model.name} v{model.version} ({", ".join(model.aliases)})
 
@@ -74,8 +86,7 @@ Promotion gate: {model.decision}.
 
 Method: {adapter.training.method_label or adapter.kind}{fitness}.
 
-| metric | before | after | delta |
-|---|---|---|---|
+{head}
 {rows}
 
 ## Artifacts

@@ -33,14 +33,22 @@ def extract_program(completion: str) -> str:
 
 
 def code_tests_scores(
-    completions: Sequence[str], tests: Sequence[str], pool: SandboxPool, memo: VerdictMemo | None = None
+    completions: Sequence[str],
+    tests: Sequence[str],
+    pool: SandboxPool,
+    memo: VerdictMemo | None = None,
+    preludes: Sequence[str] | None = None,
 ) -> list[float]:
     """1.0 for each completion whose program, followed by its tests (Python that raises when the program is
     wrong: asserts, or a check function and its call), runs to its end and exits 0 in the sandbox; else 0.0.
+    `preludes`: code run before each program (HumanEval's prompt: its imports and helpers).
     With `memo`, a snippet already judged (the same bytes) is not run again, nor twice within the batch."""
     if len(completions) != len(tests):
         raise ValueError(f"{len(completions)} completions but {len(tests)} tests")
-    snippets = [extract_program(c) + "\n" + t for c, t in zip(completions, tests)]
+    preludes = preludes or [""] * len(completions)
+    snippets = [
+        (pre + "\n" if pre else "") + extract_program(c) + "\n" + t for c, t, pre in zip(completions, tests, preludes)
+    ]
     memo = memo or VerdictMemo(0)
     known = {s: v for s in set(snippets) if (v := memo.get(s)) is not None}
     new = list(dict.fromkeys(s for s in snippets if s not in known))  # each distinct snippet once, in order

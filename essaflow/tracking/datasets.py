@@ -24,7 +24,9 @@ _SHOWN_FILES = 1000  # a profile listing more is cut (MLflow keeps the profile a
 def _source_type(source: str) -> str:
     if source.startswith("s3://"):
         return "s3"
-    return "code" if source == "synthetic" else "local" if source.startswith(("/", ".", "~")) else "hugging_face"
+    if source in ("synthetic", "reasoning_gym", "humaneval"):  # generated, or shipped by a package
+        return "code"
+    return "local" if source.startswith(("/", ".", "~")) else "hugging_face"
 
 
 def _entity(name: str, snap: dict[str, Any]):

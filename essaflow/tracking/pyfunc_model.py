@@ -8,8 +8,10 @@ an MLflow "model from code": MLflow copies it beside the artifacts and runs it o
 and the model needs only mlflow, torch, transformers and peft (not essaflow).
 
 Artifacts: `adapter` (a peft adapter directory, tokenizer included) and, when the base is a local checkpoint such
-as the built-in tiny model, `base` (the checkpoint itself, so the model loads on any machine). Otherwise the model
-config names the base (`base_model`, a hub id or path, with `revision`).
+as the built-in tiny model, `base` (the checkpoint itself, so the model loads on any machine); when the base is a
+GGUF file, `base_gguf` (the file, a quarter of the dequantized weights' size), dequantized again on load by
+transformers (the `gguf` package). Otherwise the model config names the base (`base_model`, a hub id or path, with
+`revision`).
 """
 
 from __future__ import annotations
@@ -52,7 +54,13 @@ class AdapterModel(PythonModel):
         self.tokenizer = AutoTokenizer.from_pretrained(tok_dir, trust_remote_code=remote)
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        model = AutoModelForCausalLM.from_pretrained(base, revision=revision, trust_remote_code=remote, dtype=dtype)
+        if "base_gguf" in context.artifacts:  # the same dequantized weights training read
+            gguf = Path(context.artifacts["base_gguf"])
+            model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=dtype)
+        else:
+            model = AutoModelForCausalLM.from_pretrained(
+                base, revision=revision, trust_remote_code=remote, dtype=dtype
+            )
         self.model = PeftModel.from_pretrained(model, adapter).eval()
         self.max_new_tokens = int(cfg.get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS))
         self.prompt_template = cfg.get("prompt_template") or "{prompt}"

@@ -65,8 +65,12 @@ def log_adapter_model(
     import mlflow
     from mlflow.models import infer_signature
 
+    from essaflow.model.gguf import gguf_file, is_gguf_name
+
     artifacts = {"adapter": str(adapter_dir)}
-    if base_dir and Path(base_dir).is_dir() and _dir_bytes(Path(base_dir)) <= EMBED_BASE_MAX_BYTES:
+    if is_gguf_name(model_cfg.name_or_path):
+        artifacts["base_gguf"] = str(gguf_file(model_cfg.name_or_path))
+    elif base_dir and Path(base_dir).is_dir() and _dir_bytes(Path(base_dir)) <= EMBED_BASE_MAX_BYTES:
         artifacts["base"] = str(base_dir)
     model_config = {
         "base_model": model_cfg.name_or_path,
@@ -91,7 +95,8 @@ def log_adapter_model(
             model_config=model_config,
             signature=signature,
             code_paths=[str(PROMPT_FORMAT_SOURCE)],
-            pip_requirements=["mlflow", "torch", "transformers", "peft", "safetensors"],
+            pip_requirements=["mlflow", "torch", "transformers", "peft", "safetensors"]
+            + (["gguf"] if "base_gguf" in artifacts else []),
         )
         c.log_artifacts(run.run_id, str(Path(tmp) / "model"), "model")
     return f"{c.get_run(run.run_id).info.artifact_uri.rstrip('/')}/model"
@@ -182,9 +187,10 @@ def fetch_version(tracking_uri: str, name: str, version: str, dst: Path) -> Vers
     """Download a registered version (adapter, base when embedded) into `dst` and read its model config."""
     files = download_registered(tracking_uri, name, version, dst)
     mc = files["model_config"]
-    embedded = "base" in files["artifacts"]
+    # an embedded checkpoint, else an embedded GGUF (a .gguf path loads through essaflow.model.gguf), else the name
+    embedded = files["artifacts"].get("base") or files["artifacts"].get("base_gguf")
     return VersionModel(
-        base=files["artifacts"]["base"] if embedded else mc.get("base_model"),
+        base=embedded or mc.get("base_model"),
         revision=None if embedded else mc.get("revision"),
         dtype=mc.get("dtype", "float32"),
         trust_remote_code=bool(mc.get("trust_remote_code", False)),
