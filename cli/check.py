@@ -153,13 +153,16 @@ def _check_compare(path: Path, set_: list[str] | None, inputs: bool) -> None:
 
 def _environment_problems(cfg: PipelineConfig, machine: bool) -> list[str]:
     """What this process's environment and machine lack: a tracking URI the run would read from MLFLOW_TRACKING_URI
-    (tracking_uri unset) that breaks the config's rule; with `machine`, a GPU or vllm the config asks for."""
+    (tracking_uri unset) that breaks the config's rule, a numeric variable that is no number, a cache directory
+    that cannot be written, S3 variables boto3 refuses; with `machine`, a GPU or vllm the config asks for."""
     import os
 
+    from essaflow.checks.environment import environment_problems
     from essaflow.checks.service_uris import tracking_uri_problem
 
     env = os.environ.get("MLFLOW_TRACKING_URI")
     problem = tracking_uri_problem(env) if cfg.tracking_uri is None and env else None
     problems = [f"MLFLOW_TRACKING_URI (tracking_uri is unset): {problem}"] if problem else []
+    problems += environment_problems(cfg)
     hint = " (--no-machine: a config meant for another machine)"
     return problems + [p + hint for p in machine_problems(cfg)] if machine else problems

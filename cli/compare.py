@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from cli.common import SetOpt, emit, fail, flow_logging, service_env
+from cli.common import SetOpt, emit, fail, flow_logging, refuse, service_env
 from cli.pipeline import fail_unless_completed, progress_bars, quiet_console_tracebacks
 from essaflow.config_base import ConfigError
 from essaflow.secrets import scrub
@@ -33,6 +33,11 @@ def compare_methods(
     except ConfigError as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
+    from essaflow.checks.environment import environment_problems
+
+    problems = environment_problems(cfg.task)  # ESSAFLOW_HEARTBEAT_S=abc, an unwritable cache: before Prefect
+    if problems:
+        refuse(problems)
     service_env()
     from essaflow.runs.failure import describe
     from flows.compare import compare as compare_flow

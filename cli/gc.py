@@ -49,13 +49,19 @@ def collect_garbage(
 
 
 def _check_store(storage_uri: str | None) -> None:
-    """The artifact store answering (an S3 endpoint down, a bucket or keys missing) before Prefect starts: one line
-    in seconds instead of a flow's retries."""
+    """The environment (numeric variables, the cache directory, S3 variables) and the artifact store answering (an
+    S3 endpoint down, a bucket or keys missing) before Prefect starts: one line in seconds instead of a flow's
+    retries."""
     from essaflow.artifacts.store import check_storage, storage_uri_for
+    from essaflow.checks.environment import environment_problems
     from essaflow.secrets import scrub
     from essaflow.storage import StorageError
 
+    uri = storage_uri_for(storage_uri)
+    problems = environment_problems(s3=uri.startswith("s3://"))
+    if problems:
+        refuse(problems)
     try:
-        check_storage(storage_uri_for(storage_uri))
+        check_storage(uri)
     except StorageError as err:
         fail(f"StorageError: {scrub(str(err))}", "preflight", None, [])

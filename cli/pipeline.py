@@ -85,9 +85,11 @@ def credentials_to_env(params: Any) -> Any:
 def preflight(cfg: PipelineConfig, storage: bool = True) -> None:
     """What a run needs and the config alone cannot say, checked before the flow starts: the model's checkpoint
     (a local directory with config.json, weights and tokenizer files; a hub id that resolves), a Ray head answering
-    where training joins one, and (`storage`) the artifact store answering (S3: its endpoint, bucket and keys):
-    seconds, not Prefect's start-up or the model stack's imports first."""
+    where training joins one, the environment variables it reads (numbers, a writable cache directory, S3 settings)
+    and (`storage`) the artifact store answering (S3: its endpoint, bucket and keys): seconds, not Prefect's
+    start-up or the model stack's imports first."""
     from essaflow.artifacts.store import check_storage, storage_uri_for
+    from essaflow.checks.environment import environment_problems
     from essaflow.checks.machine import machine_problems
     from essaflow.checks.notes import config_notes
     from essaflow.cluster import ClusterUnreachable
@@ -102,6 +104,7 @@ def preflight(cfg: PipelineConfig, storage: bool = True) -> None:
         typer.echo(note, err=True)
     problems = check_model(cfg.model).problems + machine_problems(cfg)  # a GPU for cuda, vllm for its backend
     problems += check_data_path(cfg.data)  # a data file that is not there (read in full by the run's first task)
+    problems += environment_problems(cfg)  # ESSAFLOW_HEARTBEAT_S=abc, an unwritable cache, a malformed S3 endpoint
     if problems:
         refuse(problems)
     try:
@@ -306,6 +309,7 @@ def eval_(
     if target is not None:
         model, alias = _model_and_alias(target)
     cfg = load(config, set_)
+    _refuse_bad_environment(cfg)
     service_env()
     if base:
         model, alias = cfg.name, "base"
@@ -337,6 +341,16 @@ def eval_(
             "wall_s": round(time.perf_counter() - start, 2),
         }
     )
+
+
+def _refuse_bad_environment(cfg: PipelineConfig) -> None:
+    """A numeric variable that is no number, a cache directory that cannot be written, S3 variables boto3 refuses:
+    one line each (exit 2, the JSON line) before the registry or Prefect is asked anything."""
+    from essaflow.checks.environment import environment_problems
+
+    problems = environment_problems(cfg)
+    if problems:
+        refuse(problems)
 
 
 def _model_and_alias(target: str) -> tuple[str, str]:

@@ -7,13 +7,13 @@ the task's retries. Bad input (a config, a dataset or a file that is wrong or mi
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from prefect.tasks import exponential_backoff
 
 from essaflow.config import ConfigError
 from essaflow.data import DataError
+from essaflow.environment import env_number
 from essaflow.storage import StorageError
 from essaflow.tracking import TrackingError
 from tasks import failures
@@ -61,7 +61,7 @@ def retry_policy(retries: int = 2, backoff_s: float = 2.0) -> dict[str, Any]:
     ``ESSAFLOW_RETRY_BACKOFF_SCALE`` (default 1), read when the tasks are defined (at import), scales every backoff:
     fault-injection tests set it low so that a run meant to fail does not sit out 15 s of waits between attempts.
     """
-    scale = float(os.environ.get("ESSAFLOW_RETRY_BACKOFF_SCALE", 1.0))
+    scale = env_number("ESSAFLOW_RETRY_BACKOFF_SCALE")  # not a number: a ConfigError naming the variable
     return {
         "retries": retries,
         "retry_delay_seconds": exponential_backoff(backoff_factor=backoff_s * scale),

@@ -24,19 +24,20 @@ import uuid
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 
+from essaflow.environment import env_number
 from essaflow.storage import ArtifactStore
 
 log = logging.getLogger(__name__)
 
 HEARTBEAT_ENV = "ESSAFLOW_HEARTBEAT_S"
-DEFAULT_HEARTBEAT_S = 30.0
 MISSED_BEATS = 4
 """A lease expires this many heartbeats after its last one: a slow storage write or a busy machine is no crash."""
 
 
 def heartbeat_s() -> float:
-    """Seconds between heartbeats: ESSAFLOW_HEARTBEAT_S, default 30 (a lease then expires after 2 minutes)."""
-    return float(os.environ.get(HEARTBEAT_ENV) or DEFAULT_HEARTBEAT_S)
+    """Seconds between heartbeats: ESSAFLOW_HEARTBEAT_S, default 30 (a lease then expires after 2 minutes); a value
+    that is no positive number is a ConfigError naming the variable (essaflow.environment)."""
+    return env_number(HEARTBEAT_ENV)
 
 
 def lease_prefix(run_id: str) -> str:

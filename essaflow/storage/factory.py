@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import os
-
+from essaflow.environment import env_number
 from essaflow.storage.base import ArtifactStore, StorageError
 from essaflow.storage.files import FileStore
-from essaflow.storage.s3 import S3Store, s3_settings_from_env
+from essaflow.storage.s3 import S3Store, s3_env_problems, s3_settings_from_env
 
 
 def open_store(
@@ -36,6 +35,10 @@ def open_store(
         rest = uri[len("s3://") :]
         bucket, _, prefix = rest.partition("/")
         env = s3_settings_from_env()
+        problems = s3_env_problems(keys=[k for k, given in (("endpoint_url", endpoint_url), ("region", region))
+                                         if given is None])  # fmt: skip
+        if problems:  # a variable boto3 refuses: named here, not as boto3's "Invalid endpoint: garbage"
+            raise StorageError("; ".join(problems), "invalid")
         if access_key is None and secret_key is None:
             access_key, secret_key = env["access_key"], env["secret_key"]
         return S3Store(
@@ -45,9 +48,7 @@ def open_store(
             region=region or env["region"],
             access_key=access_key,
             secret_key=secret_key,
-            retry_timeout=float(os.environ.get("ESSAFLOW_S3_RETRY_TIMEOUT_S", 20.0))
-            if retry_timeout is None
-            else retry_timeout,
+            retry_timeout=env_number("ESSAFLOW_S3_RETRY_TIMEOUT_S") if retry_timeout is None else retry_timeout,
         )
     if "://" in uri:
         scheme = uri.split("://")[0]

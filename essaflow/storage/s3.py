@@ -10,8 +10,9 @@ import hashlib
 import logging
 import os
 import random
+import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -138,7 +139,14 @@ class S3Store(ArtifactStore):
             aws_secret_access_key=secret_key or None,
             region_name=self.region,
         )
-        return session.client("s3", endpoint_url=self.endpoint_url, config=Config(**options))
+        try:
+            return session.client("s3", endpoint_url=self.endpoint_url, config=Config(**options))
+        except ValueError as err:  # botocore: "Invalid endpoint: ...", an InvalidRegionError
+            scrub_exception(err)
+            raise StorageError(
+                f"S3 client for {self.uri} (endpoint {_safe_url(self.endpoint_url)}, region {self.region!r}): {err}",
+                "invalid",
+            ) from None
 
     def __repr__(self) -> str:
         return f"S3Store({self.uri!r}, endpoint={_safe_url(self.endpoint_url)!r})"
@@ -475,7 +483,22 @@ class S3Store(ArtifactStore):
         self._delete_full(k for k in full if k not in manifests)
 
 
-def s3_settings_from_env(environ: dict[str, str] | None = None) -> dict:
+#: where each S3 setting is read from: the first of its variables that is set (and not empty)
+S3_ENV = {
+    "endpoint_url": ("ESSAFLOW_S3_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"),
+    "region": ("AWS_REGION", "AWS_DEFAULT_REGION"),
+    "access_key": ("AWS_ACCESS_KEY_ID",),
+    "secret_key": ("AWS_SECRET_ACCESS_KEY",),
+}
+#: botocore's rule for a region name (botocore.utils.validate_region_name)
+_REGION = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-]{0,61}[a-zA-Z0-9])?")
+
+
+def _first_set(env: Mapping[str, str], names: tuple[str, ...]) -> str | None:
+    return next((n for n in names if env.get(n)), None)
+
+
+def s3_settings_from_env(environ: Mapping[str, str] | None = None) -> dict:
     """S3 settings from the environment, as keyword arguments for :func:`open_store`.
 
     endpoint: ``ESSAFLOW_S3_ENDPOINT_URL``, else ``AWS_ENDPOINT_URL_S3``, else ``AWS_ENDPOINT_URL``;
@@ -483,16 +506,47 @@ def s3_settings_from_env(environ: dict[str, str] | None = None) -> dict:
     Unset values are None (boto3 then uses its default chain: profiles, instance roles, ...).
     """
     env = os.environ if environ is None else environ
+    out = {}
+    for key, names in S3_ENV.items():
+        name = _first_set(env, names)
+        out[key] = env[name] if name else None
+    return out
 
-    def first(*names: str) -> str | None:
-        for n in names:
-            if env.get(n):
-                return env[n]
-        return None
 
-    return {
-        "endpoint_url": first("ESSAFLOW_S3_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"),
-        "region": first("AWS_REGION", "AWS_DEFAULT_REGION"),
-        "access_key": first("AWS_ACCESS_KEY_ID"),
-        "secret_key": first("AWS_SECRET_ACCESS_KEY"),
-    }
+def s3_endpoint_problem(url: str) -> str | None:
+    """What boto3 would refuse in an endpoint URL, as the words after it (None: nothing)."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - parses the port: a ValueError names a bad one
+    except ValueError as err:
+        return f"is malformed ({err})"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "is not an endpoint URL"
+    return None
+
+
+def s3_env_problems(
+    environ: Mapping[str, str] | None = None, keys: Iterable[str] = ("endpoint_url", "region")
+) -> list[str]:
+    """The S3 endpoint and region variables (of `keys`) set to what boto3 refuses, one line each naming the variable
+    and the fix (boto3 says only "Invalid endpoint: ..." or "Provided region_name ... doesn't match a supported
+    format")."""
+    env = os.environ if environ is None else environ
+    keys = set(keys)
+    problems = []
+    name = _first_set(env, S3_ENV["endpoint_url"]) if "endpoint_url" in keys else None
+    why = s3_endpoint_problem(env[name]) if name else None
+    if name and why:
+        problems.append(
+            f"{name}={_safe_url(env[name])!r} {why}: give http(s)://host[:port] of the S3 server (e.g. "
+            "http://127.0.0.1:8333), or unset it for AWS S3"
+        )
+    name = _first_set(env, S3_ENV["region"]) if "region" in keys else None
+    if name and not _REGION.fullmatch(env[name]):
+        value = env[name] if len(env[name]) <= 40 else env[name][:40] + "..."
+        problems.append(
+            f"{name}={value!r} is not a region name (letters, digits and '-', e.g. us-east-1): fix it or unset it"
+        )
+    return problems

@@ -1,0 +1,35 @@
+"""The environment variables a run reads, checked before any compute: each numeric one a number in range, the
+cache directory writable, and (where the config reads or writes s3://) the S3 endpoint and region in a form boto3
+takes. Each problem is one line naming the variable, its value and the fix; no boto3 is imported here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from essaflow.environment import numeric_env_problems
+from essaflow.storage.cache_dir import cache_dir_problem
+from essaflow.storage.s3 import s3_env_problems
+
+
+def uses_s3(cfg: Any) -> bool:
+    """Whether a PipelineConfig reads or writes s3:// (its store, data, held-out data or model)."""
+    from essaflow.artifacts.store import storage_uri_for
+
+    held_out = cfg.eval.data
+    return (
+        storage_uri_for(cfg.storage_uri).startswith("s3://")
+        or cfg.data.source == "s3"
+        or (held_out is not None and held_out.source == "s3")
+        or str(cfg.model.name_or_path).startswith("s3://")
+    )
+
+
+def environment_problems(cfg: Any | None = None, s3: bool | None = None) -> list[str]:
+    """What is wrong with this process's environment for `cfg` (a PipelineConfig; None: any command): numeric
+    variables, the cache directory, and with `s3` (default: whether `cfg` uses s3://) the S3 variables."""
+    problems = numeric_env_problems()
+    cache = cache_dir_problem()
+    problems += [cache] if cache else []
+    if s3 if s3 is not None else (cfg is not None and uses_s3(cfg)):
+        problems += s3_env_problems()
+    return problems

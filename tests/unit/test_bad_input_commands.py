@@ -1,0 +1,161 @@
+"""The bad-input sweep, environment-and-commands half: the environment variables a run reads and the commands' own
+arguments (outside a config), each refused before any compute with one `error:` line naming the variable, argument,
+file or row and the fix, or accepted and handled right. No server.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+import cli.pipeline
+from cli.main import app
+from essaflow.config import ConfigError
+
+# ------------------------------------------------------------------------------------------ shared
+
+
+@pytest.fixture(autouse=True)
+def no_compute(monkeypatch):
+    """Every case here must be answered before the flow starts."""
+
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("the flow started")
+
+    monkeypatch.setattr(cli.pipeline, "finetune_summary", refuse)
+
+
+def _errors(result) -> list[str]:
+    return [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+
+
+def _refused(args: list[str], code: int = 2) -> list[str]:
+    """The `error:` lines of a command refused with `code`; no traceback on either stream."""
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == code, result.output
+    assert "Traceback" not in result.output and not isinstance(result.exception, AssertionError), result.output
+    return _errors(result)
+
+
+def _run_refused(tmp_path, *words: str) -> list[str]:
+    """`essaflow run` on an empty preset, refused before its flow: its error lines; its JSON line last."""
+    preset = tmp_path / "run.yaml"
+    preset.write_text("{}\n")
+    result = CliRunner().invoke(app, ["run", str(preset), "--no-progress", *[a for w in words for a in ("--set", w)]])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    last = json.loads(result.stdout.strip().splitlines()[-1])
+    assert last["stage"] == "config" and last["resume"] is None
+    return _errors(result)
+
+
+# ------------------------------------------------------------------------------------------ environment variables
+
+NUMBER_RULES = {
+    "ESSAFLOW_HEARTBEAT_S": "the seconds between a run's lease heartbeats (a number > 0, default 30)",
+    "ESSAFLOW_S3_RETRY_TIMEOUT_S": "the seconds an S3 operation keeps retrying a transient failure (a number >= 0, "
+                                   "default 20)",
+    "ESSAFLOW_RETRY_BACKOFF_SCALE": "the factor on every pipeline task's retry backoff (a number >= 0, default 1)",
+}  # fmt: skip
+NOT_NUMBERS = [("abc", "is not a number"), ("1,5", "is not a number"), ("nan", "is out of range"),
+               ("inf", "is out of range"), ("-1", "is out of range")]  # fmt: skip
+NUMBER_CASES = [(var, value, why) for var in NUMBER_RULES for value, why in NOT_NUMBERS]
+NUMBER_CASES += [("ESSAFLOW_HEARTBEAT_S", "0", "is out of range")]
+
+
+@pytest.mark.parametrize(("var", "value", "why"), NUMBER_CASES, ids=[f"{v}={x}" for v, x, _ in NUMBER_CASES])
+def test_a_numeric_variable_that_is_no_number_names_the_variable_and_value(monkeypatch, tmp_path, var, value, why):
+    monkeypatch.setenv(var, value)
+    expected = f"error: {var}={value!r} {why}: set it to {NUMBER_RULES[var]}, or unset it"
+    assert _refused(["check-config", "--no-inputs"]) == [expected]
+    assert _run_refused(tmp_path) == [expected]
+
+
+def test_each_numeric_variable_is_refused_where_it_is_read(monkeypatch, tmp_path):
+    """The readers themselves (a heartbeat thread, a store opened mid-run, the tasks' import) raise the same line."""
+    from essaflow.runs.lease import heartbeat_s
+    from essaflow.storage import open_store
+    from tasks.retry import retry_policy
+
+    for var, read in [
+        ("ESSAFLOW_HEARTBEAT_S", heartbeat_s),
+        ("ESSAFLOW_S3_RETRY_TIMEOUT_S", lambda: open_store("s3://bucket/prefix")),
+        ("ESSAFLOW_RETRY_BACKOFF_SCALE", retry_policy),
+    ]:
+        monkeypatch.setenv(var, "abc")
+        with pytest.raises(ConfigError, match=f"^{var}='abc' is not a number: "):
+            read()
+        monkeypatch.setenv(var, "")  # empty: the default
+        read()
+        monkeypatch.delenv(var)
+    monkeypatch.setenv("ESSAFLOW_HEARTBEAT_S", "0.5")
+    assert heartbeat_s() == 0.5
+
+
+@pytest.mark.parametrize(
+    ("where", "why"),
+    [("/proc/nope", ": cannot create or write there (No such file or directory): set ESSAFLOW_CACHE_DIR to a writable "
+                    "directory, or unset it (built models, SFT adapters, run journals)"),
+     ("FILE", " is not a directory: set ESSAFLOW_CACHE_DIR to a writable directory")],
+)  # fmt: skip
+def test_a_cache_directory_that_cannot_be_written_is_named(monkeypatch, tmp_path, where, why):
+    if where == "FILE":
+        where = str(tmp_path / "a-file")
+        (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv("ESSAFLOW_CACHE_DIR", where)
+    expected = f"error: ESSAFLOW_CACHE_DIR={where!r}{why}"
+    assert _refused(["check-config", "--no-inputs"]) == [expected]
+    assert _run_refused(tmp_path) == [expected]  # before the run, whose failure hooks journal under the cache
+
+
+def test_a_writable_cache_directory_is_made_when_missing(monkeypatch, tmp_path):
+    from essaflow.storage.cache_dir import cache_dir_problem
+
+    monkeypatch.setenv("ESSAFLOW_CACHE_DIR", str(tmp_path / "new" / "cache"))
+    assert cache_dir_problem() is None and (tmp_path / "new" / "cache").is_dir()
+
+
+ENDPOINT_FIX = "give http(s)://host[:port] of the S3 server (e.g. http://127.0.0.1:8333), or unset it for AWS S3"
+S3_CASES = {
+    "endpoint-word": ({"ESSAFLOW_S3_ENDPOINT_URL": "garbage"},
+                      f"ESSAFLOW_S3_ENDPOINT_URL='garbage' is not an endpoint URL: {ENDPOINT_FIX}"),
+    "endpoint-no-host": ({"AWS_ENDPOINT_URL": "http://:9000"},
+                         f"AWS_ENDPOINT_URL='http://:9000' is not an endpoint URL: {ENDPOINT_FIX}"),
+    "endpoint-port": ({"AWS_ENDPOINT_URL_S3": "http://s3:port"},
+                      "AWS_ENDPOINT_URL_S3='http://s3:port' is malformed (Port could not be cast to integer value as "
+                      f"'port'): {ENDPOINT_FIX}"),
+    "endpoint-password-masked": ({"ESSAFLOW_S3_ENDPOINT_URL": "ftp://key:hunter2@s3"},
+                                 f"ESSAFLOW_S3_ENDPOINT_URL='ftp://s3' is not an endpoint URL: {ENDPOINT_FIX}"),
+    "region-space": ({"AWS_REGION": "us east 1"}, "AWS_REGION='us east 1' is not a region name (letters, digits and "
+                                                  "'-', e.g. us-east-1): fix it or unset it"),
+    "region-default": ({"AWS_DEFAULT_REGION": "eu_west_1"}, "AWS_DEFAULT_REGION='eu_west_1' is not a region name "
+                       "(letters, digits and '-', e.g. us-east-1): fix it or unset it"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(S3_CASES))
+def test_an_s3_variable_boto3_refuses_is_named_where_the_config_uses_s3(monkeypatch, tmp_path, case):
+    from essaflow.storage import StorageError, open_store
+
+    for var in ("ESSAFLOW_S3_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_REGION",
+                "AWS_DEFAULT_REGION"):  # fmt: skip
+        monkeypatch.delenv(var, raising=False)
+    env, expected = S3_CASES[case]
+    for var, value in env.items():
+        monkeypatch.setenv(var, value)
+    with pytest.raises(StorageError, match="^") as err:
+        open_store("s3://bucket/prefix")
+    assert str(err.value) == expected and err.value.kind == "invalid"
+    s3 = "storage_uri=s3://bucket/prefix"
+    assert _refused(["check-config", "--no-inputs", "--set", s3]) == [f"error: {expected}"]
+    assert _run_refused(tmp_path, s3) == [f"error: {expected}"]
+    assert _refused(["check-config", "--no-inputs"], code=0) == []  # a config that never opens S3: not its business
+
+
+def test_an_s3_store_given_a_bad_endpoint_directly_says_which(monkeypatch):
+    from essaflow.storage import S3Store, StorageError
+
+    with pytest.raises(StorageError, match=r"^S3 client for s3://b/p \(endpoint garbage, region 'us-east-1'\): "
+                                           "Invalid endpoint: garbage$"):  # fmt: skip
+        S3Store("b", "p", endpoint_url="garbage", access_key="a", secret_key="b")
