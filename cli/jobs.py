@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from cli.common import ConfigOpt, SetOpt, emit, fail, load, setup_logging
+from cli.common import ConfigOpt, SetOpt, emit, fail, load, refuse, setup_logging
 from essaflow.config import PipelineConfig
 
 
@@ -30,16 +30,34 @@ def _training_job(cfg: PipelineConfig) -> None:
     emit(out)
 
 
+#: the job command of each trainer
+_COMMAND = {"essa": "essa", "fgrpo": "grpo"}
+
+
+def _job_config(config: Path | None, set_: list[str] | None, method: str) -> PipelineConfig:
+    """The config with `method` (the command's trainer); a config (or --set) that names the other trainer is
+    refused before compute: the job would train with the other section's defaults and ignore the one given."""
+    cfg = load(config, set_)
+    if "method" in cfg.model_fields_set and cfg.method not in (method, "none"):
+        given = any(w.strip().startswith("method=") for w in set_ or [])
+        where = "--set says" if given or config is None else f"{config} says"
+        refuse([f"{where} method: {cfg.method}, but `essaflow {_COMMAND[method]}` trains {method}: run `essaflow "
+                f"{_COMMAND[cfg.method]}` (or `essaflow run`) on it, or set method: {method}"])  # fmt: skip
+    return cfg.model_copy(update={"method": method})
+
+
 def essa(config: ConfigOpt = None, set_: SetOpt = None, verbose: bool = False) -> None:
-    """SFT warm start (cached) then ESSA; prints before/after held-out accuracy as JSON last."""
+    """SFT warm start (cached) then ESSA; prints before/after held-out accuracy as JSON last. A config whose
+    method is fgrpo is refused (`essaflow grpo` trains it)."""
     setup_logging(verbose)
-    _training_job(load(config, set_, method="essa"))
+    _training_job(_job_config(config, set_, "essa"))
 
 
 def grpo(config: ConfigOpt = None, set_: SetOpt = None, verbose: bool = False) -> None:
-    """SFT warm start (cached) then GRPO / F-GRPO; prints before/after held-out accuracy as JSON last."""
+    """SFT warm start (cached) then GRPO / F-GRPO; prints before/after held-out accuracy as JSON last. A config
+    whose method is essa is refused (`essaflow essa` trains it)."""
     setup_logging(verbose)
-    _training_job(load(config, set_, method="fgrpo"))
+    _training_job(_job_config(config, set_, "fgrpo"))
 
 
 def build_tiny(

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, get_args
 
 import typer
 
@@ -263,6 +263,9 @@ def demo(
 ) -> None:
     """The main job on the embedded default: the whole finetune flow (tiny model, synthetic data, local services)."""
     flow_logging(verbose)
+    methods = get_args(PipelineConfig.model_fields["method"].annotation)
+    if method not in methods:
+        refuse([f"--method {method!r}: choose one of {', '.join(methods)}"])
     if config is None:
         preset = {"essa": "tiny-essa.yaml", "fgrpo": "tiny-fgrpo.yaml"}.get(method, "tiny.yaml")
         config = Path(__file__).resolve().parent.parent / "configs" / preset

@@ -159,3 +159,43 @@ def test_an_s3_store_given_a_bad_endpoint_directly_says_which(monkeypatch):
     with pytest.raises(StorageError, match=r"^S3 client for s3://b/p \(endpoint garbage, region 'us-east-1'\): "
                                            "Invalid endpoint: garbage$"):  # fmt: skip
         S3Store("b", "p", endpoint_url="garbage", access_key="a", secret_key="b")
+
+
+# ------------------------------------------------------------------------------------------ the commands' arguments
+
+
+def test_demo_with_an_unknown_method_lists_the_methods():
+    assert _refused(["demo", "--method", "foo", "--no-progress"]) == [
+        "error: --method 'foo': choose one of essa, fgrpo, none"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["essa", "-c", "configs/tiny-fgrpo.yaml"], "configs/tiny-fgrpo.yaml says method: fgrpo, but `essaflow "
+         "essa` trains essa: run `essaflow grpo` (or `essaflow run`) on it, or set method: essa"),
+        (["grpo", "-c", "configs/tiny-essa.yaml"], "configs/tiny-essa.yaml says method: essa, but `essaflow grpo` "
+         "trains fgrpo: run `essaflow essa` (or `essaflow run`) on it, or set method: fgrpo"),
+        (["grpo", "-c", "configs/tiny-fgrpo.yaml", "--set", "method=essa"], "--set says method: essa, but "
+         "`essaflow grpo` trains fgrpo: run `essaflow essa` (or `essaflow run`) on it, or set method: fgrpo"),
+    ],
+)  # fmt: skip
+def test_a_job_refuses_a_config_for_the_other_trainer(monkeypatch, args, expected):
+    import cli.jobs
+
+    monkeypatch.setattr(cli.jobs, "_training_job", lambda cfg: (_ for _ in ()).throw(AssertionError("trained")))
+    assert _refused(args) == [f"error: {expected}"]
+
+
+@pytest.mark.parametrize(("command", "config", "method"), [("essa", "configs/tiny.yaml", "essa"),
+                                                           ("grpo", "configs/tiny.yaml", "fgrpo"),
+                                                           ("grpo", None, "fgrpo")])  # fmt: skip
+def test_a_job_trains_a_config_of_method_none_or_unset_with_its_own_trainer(monkeypatch, command, config, method):
+    import cli.jobs
+
+    seen = []
+    monkeypatch.setattr(cli.jobs, "_training_job", seen.append)
+    result = CliRunner().invoke(app, [command, *(["-c", config] if config else [])])
+    assert result.exit_code == 0, result.output
+    assert [c.method for c in seen] == [method]
