@@ -62,7 +62,7 @@ def compare_table(
 ) -> None:
     """The task x method table of several comparisons in one markdown table (one per task; docs/compare.md): the
     rows each report computed, stacked in the order given. Prints the table, then the rows as the JSON line."""
-    from essaflow.compare.task_table import markdown
+    from essaflow.compare.task_table import markdown, report_rows
 
     rows = []
     for where in reports:
@@ -70,10 +70,10 @@ def compare_table(
             body = _read_report(where)
         except Exception as err:
             fail(f"{where}: {scrub(str(err))}", "compare-table", None, [])
-        if not body.get("task_table"):
-            fail(f"{where}: no task_table in this comparison.json (a report written before the table existed); "
-                 "run the comparison again", "compare-table", None, [])  # fmt: skip
-        rows.extend(body["task_table"])
+        try:
+            rows.extend(report_rows(body))  # a list, {}, an unrelated JSON, a malformed row: said what is wrong
+        except ValueError as err:
+            fail(f"{where}: {err}", "compare-table", None, [])
     for line in markdown(rows):
         typer.echo(line)
     emit({"rows": rows})

@@ -13,6 +13,7 @@ evidence.
 
 from __future__ import annotations
 
+import json
 import statistics
 from typing import Any
 
@@ -119,3 +120,58 @@ def _gain(cell: dict[str, float]) -> str:
     """value (gain [low, high]), the gain and interval in points."""
     gain, lo, hi = (cell[k] * 100 for k in ("gain", "ci_low", "ci_high"))
     return f"{cell['value']:.3f} ({gain:+.1f} [{lo:+.1f}, {hi:+.1f}])"
+
+
+#: what `markdown` reads of a row: the SFT start's, and a method's on top of the start's keys
+_START_KEYS = ("task", "method", "greedy", "pass@1", "equal_tokens_greedy")
+_METHOD_KEYS = ("label", "train_wall_s", "steps", "generated_tokens", "equal_tokens", "bytes_per_update", "gate")
+_FIX = "give the comparison.json of `essaflow compare` (or its report folder)"
+
+
+def report_rows(body: Any) -> list[dict[str, Any]]:
+    """The task_table rows of a comparison.json's parsed `body`, each checked for what :func:`markdown` reads; a
+    ValueError saying what is wrong with the file (not a report, a report without the table, an empty table, a
+    row by its number and field) otherwise."""
+    if not isinstance(body, dict):
+        raise _not_a_report(f"a JSON {type(body).__name__}, not an object with task_table")
+    if "task_table" not in body:
+        if {"compare", "runs"} <= set(body):
+            raise ValueError("no task_table in this comparison.json (a report written before the table existed); "
+                             "run the comparison again")  # fmt: skip
+        keys = ", ".join(map(str, list(body)[:8])) + (", ..." if len(body) > 8 else "")
+        raise _not_a_report(f"no task_table ({f'its keys: {keys}' if body else 'an empty object'})")
+    rows = body["task_table"]
+    if not isinstance(rows, list):
+        raise _not_a_report(f"task_table is a JSON {type(rows).__name__}, not a list of rows")
+    if not rows:
+        raise ValueError("task_table is empty: the comparison recorded no rows; run the comparison again")
+    for i, row in enumerate(rows, 1):
+        problem = _row_problem(row)
+        if problem:
+            raise ValueError(f"task_table row {i}: {problem}")
+    return rows
+
+
+def _not_a_report(why: str) -> ValueError:
+    return ValueError(f"not a comparison report: {why}; {_FIX}")
+
+
+def _row_problem(row: Any) -> str | None:
+    """What :func:`markdown` cannot read in one row: its type, a missing key, a value of the wrong kind."""
+    if not isinstance(row, dict):
+        return f"is a JSON {type(row).__name__}, not an object"
+    keys = _START_KEYS + (() if row.get("method") == "SFT start" else _METHOD_KEYS)
+    missing = [k for k in keys if k not in row]
+    if not any(isinstance(k, str) and k.startswith("pass@") and k != "pass@1" for k in row):
+        missing.append("pass@<n>")
+    if missing:
+        return f"lacks {', '.join(missing)}"
+    steps = row.get("steps", [0])
+    if not (isinstance(steps, list) and steps and all(isinstance(n, int) for n in steps)):
+        return f"steps is {json.dumps(steps)[:40]}, not a list of each seed's steps"
+    try:
+        markdown([row])
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as err:
+        what = f"no {err}" if isinstance(err, KeyError) else str(err)
+        return f"a value of the wrong kind ({type(err).__name__}: {what})"
+    return None

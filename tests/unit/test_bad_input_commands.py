@@ -199,3 +199,56 @@ def test_a_job_trains_a_config_of_method_none_or_unset_with_its_own_trainer(monk
     result = CliRunner().invoke(app, [command, *(["-c", config] if config else [])])
     assert result.exit_code == 0, result.output
     assert [c.method for c in seen] == [method]
+
+
+START_ROW = {"task": "t", "method": "SFT start", "label": "SFT start", "pass@4": 0.5, "greedy": {"value": 0.3},
+             "pass@1": {"value": 0.3}, "equal_tokens_greedy": 0.3}  # fmt: skip
+CELL = {"value": 0.35, "gain": 0.05, "ci_low": 0.01, "ci_high": 0.09}
+METHOD_ROW = {"task": "t", "method": "essa", "label": "ESSA", "seeds": 1, "greedy": CELL, "pass@1": CELL,
+              "pass@4": 0.6, "train_wall_s": 10.0, "steps": [3], "generated_tokens": 100, "bytes_per_update": 8.0,
+              "equal_tokens": 100, "equal_tokens_greedy": 0.35, "gate": "would promote (1/1 seeds)"}  # fmt: skip
+FIX = "give the comparison.json of `essaflow compare` (or its report folder)"
+TABLES = {
+    "empty-object": ({}, f"not a comparison report: no task_table (an empty object); {FIX}"),
+    "unrelated": ({"name": "x", "version": 2}, f"not a comparison report: no task_table (its keys: name, version); "
+                                               f"{FIX}"),
+    "list": ([1, 2], f"not a comparison report: a JSON list, not an object with task_table; {FIX}"),
+    "string": ("hello", f"not a comparison report: a JSON str, not an object with task_table; {FIX}"),
+    "older-report": ({"compare": "c", "runs": []}, "no task_table in this comparison.json (a report written before "
+                                                   "the table existed); run the comparison again"),
+    "empty-table": ({"compare": "c", "runs": [], "task_table": []}, "task_table is empty: the comparison recorded no "
+                                                                    "rows; run the comparison again"),
+    "table-object": ({"task_table": {}}, f"not a comparison report: task_table is a JSON dict, not a list of rows; "
+                                         f"{FIX}"),
+    "row-number": ({"task_table": [START_ROW, 7]}, "task_table row 2: is a JSON int, not an object"),
+    "row-bare": ({"task_table": [{"task": "t", "method": "m"}]}, "task_table row 1: lacks greedy, pass@1, "
+                 "equal_tokens_greedy, label, train_wall_s, steps, generated_tokens, equal_tokens, bytes_per_update, "
+                 "gate, pass@<n>"),
+    "row-no-pass-at-n": ({"task_table": [{k: v for k, v in START_ROW.items() if k != "pass@4"}]},
+                         "task_table row 1: lacks pass@<n>"),
+    "row-cell-a-number": ({"task_table": [START_ROW, {**METHOD_ROW, "greedy": 0.4}]},
+                          "task_table row 2: a value of the wrong kind (TypeError: 'float' object is not "
+                          "subscriptable)"),
+    "row-no-steps": ({"task_table": [START_ROW, {**METHOD_ROW, "steps": []}]},
+                     "task_table row 2: steps is [], not a list of each seed's steps"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(TABLES))
+def test_compare_table_says_what_is_wrong_with_the_file(tmp_path, case):
+    body, expected = TABLES[case]
+    path = tmp_path / "comparison.json"
+    path.write_text(json.dumps(body))
+    result = CliRunner().invoke(app, ["compare-table", str(path)])
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    assert _errors(result) == [f"error: compare-table: {path}: {expected}"]
+    assert json.loads(result.stdout.splitlines()[-1])["stage"] == "compare-table"
+
+
+def test_compare_table_reads_good_rows(tmp_path):
+    path = tmp_path / "comparison.json"
+    path.write_text(json.dumps({"task_table": [START_ROW, METHOD_ROW]}))
+    result = CliRunner().invoke(app, ["compare-table", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "| t | ESSA | 0.350 (+5.0 [+1.0, +9.0])" in result.stdout
+    assert json.loads(result.stdout.splitlines()[-1])["rows"] == [START_ROW, METHOD_ROW]
