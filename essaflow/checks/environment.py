@@ -4,6 +4,7 @@ takes. Each problem is one line naming the variable, its value and the fix; no b
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from essaflow.environment import numeric_env_problems
@@ -12,12 +13,11 @@ from essaflow.storage.s3 import s3_env_problems
 
 
 def uses_s3(cfg: Any) -> bool:
-    """Whether a PipelineConfig reads or writes s3:// (its store, data, held-out data or model)."""
-    from essaflow.artifacts.store import storage_uri_for
-
+    """Whether a PipelineConfig reads or writes s3:// (its store, or the ESSAFLOW_STORAGE_URI its default yields
+    to; its data, held-out data or model)."""
     held_out = cfg.eval.data
     return (
-        storage_uri_for(cfg.storage_uri).startswith("s3://")
+        any(str(u).startswith("s3://") for u in (cfg.storage_uri, os.environ.get("ESSAFLOW_STORAGE_URI")))
         or cfg.data.source == "s3"
         or (held_out is not None and held_out.source == "s3")
         or str(cfg.model.name_or_path).startswith("s3://")
