@@ -268,13 +268,39 @@ def override_value(raw: str, word: str | None = None, offset: int = 0, text_fiel
     text = raw.strip()
     if text.startswith(_LITERAL_OPENERS[2:] if text_field else _LITERAL_OPENERS):
         try:
-            return yaml.safe_load(text)
+            return yaml.load(text, Loader=_SetValueLoader)  # noqa: S506 - a SafeLoader subclass
         except yaml.YAMLError as err:
             shift = offset + len(raw) - len(raw.lstrip())
             raise _syntax_error(f"--set {word or raw!r}", err, shift) from None
     if yaml.resolver.Resolver().resolve(yaml.ScalarNode, text, (True, False)) in _TYPED_SCALARS:
         return yaml.safe_load(text)
     return raw
+
+
+class _SetValueLoader(yaml.SafeLoader):
+    """SafeLoader for a `--set` literal, where `{prompt:question}` (no space after the colon: YAML's key
+    'prompt:question' with no value) is read as {prompt: question}, as it is meant on a command line; a quoted key,
+    or one given a value, stays as YAML reads it."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        node.value = [_split_colon_pair(key, value) for key, value in node.value]
+        return super().construct_mapping(node, deep)
+
+
+def _split_colon_pair(key: yaml.Node, value: yaml.Node) -> tuple[yaml.Node, yaml.Node]:
+    """(key, value) nodes of a flow mapping's entry, a plain `a:b` key with no value split at its first colon."""
+    bare = isinstance(key, yaml.ScalarNode) and key.style is None and ":" in key.value
+    if not (bare and isinstance(value, yaml.ScalarNode) and value.style is None and value.value == ""):
+        return key, value
+    name, _, rest = key.value.partition(":")
+    str_tag = "tag:yaml.org,2002:str"
+    try:  # the value as YAML reads it alone: 'quoted', 3, [a, b], http://host:80/x
+        read = yaml.compose(rest.strip(), Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        read = None
+    if read is None:
+        read = yaml.ScalarNode(str_tag if rest.strip() else "tag:yaml.org,2002:null", rest.strip())
+    return yaml.ScalarNode(str_tag, name.strip(), key.start_mark, key.end_mark), read
 
 
 def _syntax_error(where: str, err: yaml.YAMLError, column_offset: int = 0) -> ConfigError:
@@ -292,6 +318,10 @@ def _explain(err: ValidationError) -> str:
     for e in err.errors():
         loc = ".".join(str(p) for p in e["loc"])
         msg = "unknown key" if e["type"] == "extra_forbidden" else e["msg"].removeprefix("Value error, ")
+        last = str(e["loc"][-1]) if e["loc"] else ""
+        if ":" in last and e.get("input", "") is None:  # `{prompt:question}` in a file: the key 'prompt:question'
+            name, _, rest = last.partition(":")
+            msg += f" (YAML reads {{{last}}} as the key {last!r} with no value: write {{{name}: {rest}}})"
         lines.append(f"{loc}: {msg}" if loc else msg)  # a cross-field rule names its fields itself
     return "invalid config: " + "; ".join(lines)
 

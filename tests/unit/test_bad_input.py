@@ -121,6 +121,29 @@ def test_set_values_keep_their_yaml_types():
     assert cfg.model.target_modules == ["q_proj"]
 
 
+@pytest.mark.parametrize(
+    ("word", "columns"),
+    [
+        ("data.columns={prompt:question}", {"prompt": "question"}),  # YAML: the key 'prompt:question', no value
+        ("data.columns={prompt:question, answer:final}", {"prompt": "question", "answer": "final"}),
+        ("data.columns={prompt: question, answer:final}", {"prompt": "question", "answer": "final"}),
+        ("data.columns={prompt:'question'}", {"prompt": "question"}),
+    ],
+)
+def test_a_set_mapping_without_a_space_after_the_colon_is_read_as_meant(word, columns):
+    assert load_config(None, [word]).data.columns == columns
+
+
+def test_a_file_mapping_without_a_space_after_the_colon_says_where_the_space_goes(tmp_path):
+    path = tmp_path / "cols.yaml"
+    path.write_text("data:\n  columns: {prompt:question}\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert str(err.value) == ("invalid config: data.columns.prompt:question: Input should be a valid string (YAML "
+                              "reads {prompt:question} as the key 'prompt:question' with no value: write {prompt: "
+                              "question})")  # fmt: skip
+
+
 @pytest.mark.parametrize("text", ["", "# only a comment\n", "---\n"])
 def test_an_empty_config_file_is_refused(tmp_path, text):
     path = tmp_path / "empty.yaml"
