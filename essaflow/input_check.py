@@ -52,14 +52,16 @@ def check_model(model: ModelConfig) -> InputReport:
 
 
 def check_data_path(data: DataConfig) -> list[str]:
-    """A local data.path that names nothing (missing, a link to nothing, a symlink loop), found by a stat and not
-    a read: what `essaflow run` checks before it starts the flow. Globs and other sources are left to the run."""
+    """A local data.path that names nothing to read (missing, a link to nothing, a symlink loop, a device or pipe),
+    found by a stat and not a read: what `essaflow run` checks before it starts the flow. Globs and other sources
+    are left to the run."""
     from essaflow.data.shards import is_glob, missing_path
 
     if data.source != "file" or not data.path or is_glob(data.path):
         return []
     expanded = os.path.expanduser(data.path)
-    return [] if os.path.exists(expanded) else [f"data.path: {data.path}: {missing_path(data.path, expanded)}"]
+    readable = os.path.isfile(expanded) or os.path.isdir(expanded)
+    return [] if readable else [f"data.path: {data.path}: {missing_path(data.path, expanded)}"]
 
 
 def require_model(model: ModelConfig) -> None:

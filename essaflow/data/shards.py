@@ -16,6 +16,7 @@ import fnmatch
 import glob
 import json
 import os
+import stat
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -94,16 +95,27 @@ def local_snapshot(path: str) -> Snapshot:
     return files_snapshot(path, {p: file_digest(p) for p in found})
 
 
+#: what a path that is no file or directory is, by its stat type
+_NOT_REGULAR = {stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device", stat.S_IFIFO: "a named pipe",
+                stat.S_IFSOCK: "a socket"}  # fmt: skip
+
+
 def missing_path(path: str, expanded: str) -> str:
-    """Why a local data.path names nothing to read: a symlink loop, a link to nothing, a path that is no local one,
-    or none there (a relative path is read from the current directory: name it)."""
+    """Why a local data.path names nothing to read: a symlink loop, a link to nothing, a device, pipe or socket
+    (read forever or never), a path that is no local one, or none there (a relative path is read from the current
+    directory: name it)."""
     link = Path(expanded)
+    try:
+        mode = os.stat(expanded).st_mode
+    except OSError as err:
+        mode = None
+        if link.is_symlink() and err.errno == errno.ELOOP:
+            return "data.path is a symlink loop (its links never reach a file): point it at the data file"
+    if mode is not None:  # there, but neither a file nor a directory: /dev/zero, a pipe, a socket
+        kind = _NOT_REGULAR.get(stat.S_IFMT(mode), "not a regular file")
+        target = f" (a symlink to {os.path.realpath(expanded)!r})" if link.is_symlink() else ""
+        return f"data.path is {kind}{target}, not a regular file or directory: point it at the data file"
     if link.is_symlink():
-        try:
-            os.stat(expanded)
-        except OSError as err:
-            if err.errno == errno.ELOOP:
-                return "data.path is a symlink loop (its links never reach a file): point it at the data file"
         return f"data.path is a symlink to {os.readlink(expanded)!r}, which does not exist"
     if path.startswith("s3://"):
         return "data.path is an s3:// URI: set data.source=s3"

@@ -69,6 +69,31 @@ def test_a_dangling_symlink_names_its_target(tmp_path):
                                     "'gone.jsonl', which does not exist"]  # fmt: skip
 
 
+@pytest.mark.parametrize("linked", [True, False])
+def test_a_data_path_that_is_a_device_is_called_one_not_missing(tmp_path, linked):
+    path = tmp_path / "zero.jsonl"
+    if linked:
+        path.symlink_to("/dev/zero")
+    where = str(path) if linked else "/dev/zero"
+    target = " (a symlink to '/dev/zero')" if linked else ""
+    expected = f"error: data.path: {where}: data.path is a character device{target}, not a regular file or " \
+               "directory: point it at the data file"  # fmt: skip
+    code, errors, _ = _check("data.source=file", f"data.path={where}")
+    assert code == 2 and errors == [expected]
+    preset = tmp_path / "run.yaml"
+    preset.write_text("{}\n")
+    result = CliRunner().invoke(app, ["run", str(preset), "--no-progress", "--set", "data.source=file", "--set",
+                                      f"data.path={where}"])  # fmt: skip
+    assert result.exit_code == 2 and [x for x in result.stderr.splitlines() if x.startswith("error")] == [expected]
+
+
+def test_a_data_path_that_is_a_named_pipe_is_refused_without_reading_it(tmp_path):
+    os.mkfifo(tmp_path / "rows.jsonl")  # a read would wait for a writer forever
+    code, errors, _ = _check("data.source=file", f"data.path={tmp_path / 'rows.jsonl'}")
+    assert code == 2 and errors == [f"error: data.path: {tmp_path / 'rows.jsonl'}: data.path is a named pipe, not a "
+                                    "regular file or directory: point it at the data file"]  # fmt: skip
+
+
 def test_a_missing_relative_data_path_says_where_it_was_looked_for(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     code, errors, _ = _check("data.source=file", "data.path=prm800k-math-train.jsonl")
