@@ -9,8 +9,8 @@ from urllib.parse import urlsplit
 
 import typer
 
-from cli.common import SERVICE_ENV, emit
-from flows.alerts import WEBHOOK_ENV
+from cli.common import SERVICE_ENV, emit, refuse
+from flows.alerts import WEBHOOK_ENV, webhook_problem
 
 
 def _where(url: str) -> str:
@@ -33,6 +33,10 @@ def deploy(
 
     from devstack.stack import PROJECT_DIR
 
+    webhook = alert_webhook or os.environ.get(WEBHOOK_ENV)
+    problem = webhook_problem(webhook) if webhook else None
+    if problem:  # before the pool, the deployments or the automation exist
+        refuse([f"{'--alert-webhook' if alert_webhook else WEBHOOK_ENV}: {problem}"])
     if not os.environ.get("PREFECT_API_URL"):
         typer.echo(
             'error: PREFECT_API_URL is not set; run essaflow stack up and eval "$(essaflow stack env)"', err=True
@@ -48,7 +52,6 @@ def deploy(
     if done.returncode != 0:
         raise typer.Exit(done.returncode)
     out = {"deployed": "all", "pool": pool, "project": str(PROJECT_DIR)}
-    webhook = alert_webhook or os.environ.get(WEBHOOK_ENV)
     if webhook:
         from flows.alerts import ALERT_AUTOMATION, define_alerts
 

@@ -28,6 +28,25 @@ BODY = (
 )
 
 
+def webhook_problem(url: str) -> str | None:
+    """What is wrong with a webhook URL, as the words after it (None: an http(s) URL with a host); the URL is shown
+    without its path, which may be the webhook's secret."""
+    from urllib.parse import urlsplit
+
+    text = url.strip()
+    scheme, sep, rest = text.partition("://")
+    host, slash, _path = (rest if sep else text).partition("/")
+    shown = (f"{scheme}{sep}{host}" if sep else host) + ("/..." if slash else "")
+    try:
+        parts = urlsplit(text)
+        parts.port  # noqa: B018 - parses the port: a ValueError names a bad one
+    except ValueError as err:
+        return f"{shown!r} is malformed ({err}): give the http(s):// URL to post to"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return f"{shown!r} is not an http(s) URL with a host: give the http(s):// URL to post to"
+    return None
+
+
 def define_alerts(webhook_url: str, tag: str = ALERT_TAG) -> UUID:
     """Create (or replace) the webhook block and the failed-or-crashed automation; the automation's id."""
     from prefect.automations import Automation

@@ -252,3 +252,31 @@ def test_compare_table_reads_good_rows(tmp_path):
     assert result.exit_code == 0, result.output
     assert "| t | ESSA | 0.350 (+5.0 [+1.0, +9.0])" in result.stdout
     assert json.loads(result.stdout.splitlines()[-1])["rows"] == [START_ROW, METHOD_ROW]
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ("not-a-url", "'not-a-url' is not an http(s) URL with a host"),
+        ("hooks.example.com/services/T0/B0/secret", "'hooks.example.com/...' is not an http(s) URL with a host"),
+        ("ftp://relay/hook", "'ftp://relay/...' is not an http(s) URL with a host"),
+        ("https://", "'https://' is not an http(s) URL with a host"),
+        ("http://relay:port/hook", "'http://relay:port/...' is malformed (Port could not be cast to integer value as "
+                                   "'port')"),
+    ],
+)  # fmt: skip
+@pytest.mark.parametrize("from_env", [False, True])
+def test_deploy_refuses_a_webhook_that_is_no_http_url_before_creating_anything(monkeypatch, given, expected, from_env):
+    import subprocess
+
+    import flows.alerts
+
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: (_ for _ in ()).throw(AssertionError("deployed")))
+    monkeypatch.setattr(flows.alerts, "define_alerts", lambda *a: (_ for _ in ()).throw(AssertionError("alerted")))
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:1/api")
+    if from_env:
+        monkeypatch.setenv("ESSAFLOW_ALERT_WEBHOOK_URL", given)
+    args = ["deploy"] if from_env else ["deploy", "--alert-webhook", given]
+    where = "ESSAFLOW_ALERT_WEBHOOK_URL" if from_env else "--alert-webhook"
+    assert _refused(args) == [f"error: {where}: {expected}: give the http(s):// URL to post to"]
+    assert "secret" not in CliRunner().invoke(app, args).output  # a webhook's path may be its token
