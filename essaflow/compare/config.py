@@ -57,6 +57,17 @@ class MethodSpec(StrictConfig):
             raise ValueError(f"{v!r} must be 1-40 lowercase letters, digits or '-', starting with a letter or digit")
         return v
 
+    @field_validator("set")
+    @classmethod
+    def _trainer_not_in_set(cls, v: dict[str, Any]) -> dict[str, Any]:
+        """The trainer is `method:`; one in `set` would train without the budget and seed given to `method`'s
+        section (a `set: {method: fgrpo}` on an essa method ran F-GRPO with no time budget)."""
+        trainer = [value for key, value in v.items() if str(key).strip() == "method"]
+        if trainer:
+            raise ValueError(f"method {trainer[0]!r} is this method's trainer: give it as `method:` beside `set`, "
+                             "not inside it")  # fmt: skip
+        return v
+
 
 class ProjectionInputs(StrictConfig):
     """What the report's scaling projection takes besides the run's measured costs (docs/scaling.md)."""

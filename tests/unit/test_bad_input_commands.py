@@ -280,3 +280,24 @@ def test_deploy_refuses_a_webhook_that_is_no_http_url_before_creating_anything(m
     where = "ESSAFLOW_ALERT_WEBHOOK_URL" if from_env else "--alert-webhook"
     assert _refused(args) == [f"error: {where}: {expected}: give the http(s):// URL to post to"]
     assert "secret" not in CliRunner().invoke(app, args).output  # a webhook's path may be its token
+
+
+@pytest.mark.parametrize("key", ["method", " method "])
+def test_a_compare_method_that_sets_its_trainer_in_set_is_refused(tmp_path, key):
+    """Its trainer would run without the compare's budget (grpo.time_budget_s=None on an essa arm turned fgrpo)."""
+    bad = tmp_path / "cmp.yaml"
+    bad.write_text(f"name: c\nbudget_s: 5\nseeds: [0]\nmethods: [{{name: e, method: essa, set: {{'{key}': fgrpo}}}}]\n"
+                   "task: {name: t}\n")  # fmt: skip
+    expected = ["error: invalid config: methods.0.set: method 'fgrpo' is this method's trainer: give it as `method:` "
+                "beside `set`, not inside it"]  # fmt: skip
+    assert _refused(["check-config", "-c", str(bad), "--no-inputs"]) == expected
+    assert _refused(["compare", str(bad), "--no-progress"]) == expected
+
+
+def test_every_compare_arm_trains_under_the_compare_budget():
+    from essaflow.compare import load_compare_config
+    from essaflow.compare.config import SECTION
+
+    cfg = load_compare_config("configs/compare-tiny.yaml")
+    for arm in cfg.arms():
+        assert getattr(arm.config, SECTION[arm.config.method]).time_budget_s == cfg.budget_s, arm.name
