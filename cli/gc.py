@@ -61,7 +61,23 @@ def _check_store(storage_uri: str | None) -> None:
     problems = environment_problems(s3=uri.startswith("s3://"))
     if problems:
         refuse(problems)
+    _require_local_root(uri)
     try:
         check_storage(uri)
     except StorageError as err:
         fail(f"StorageError: {scrub(str(err))}", "preflight", None, [])
+
+
+def _require_local_root(uri: str) -> None:
+    """A file:// store whose folder is not there holds nothing to collect: a mistyped path, said at once (not
+    "would delete 0 prefixes" after the flow's start-up)."""
+    from essaflow.storage import FileStore, StorageError, open_store
+
+    try:
+        store = open_store(uri)
+    except StorageError:
+        return  # check_storage names it
+    if isinstance(store, FileStore) and not store.root.is_dir():
+        what = "is not a directory" if store.root.exists() else "does not exist"
+        refuse([f"storage_uri {store.uri}: {what}, so there is nothing to collect: give the artifact root your runs "
+                "write to (--storage-uri, or ESSAFLOW_STORAGE_URI)"])  # fmt: skip

@@ -301,3 +301,16 @@ def test_every_compare_arm_trains_under_the_compare_budget():
     cfg = load_compare_config("configs/compare-tiny.yaml")
     for arm in cfg.arms():
         assert getattr(arm.config, SECTION[arm.config.method]).time_budget_s == cfg.budget_s, arm.name
+
+
+def test_gc_on_a_store_folder_that_is_not_there_says_so_at_once(tmp_path, monkeypatch):
+    import flows.gc
+
+    monkeypatch.setattr(flows.gc, "gc", lambda *a, **k: (_ for _ in ()).throw(AssertionError("the flow started")))
+    missing = tmp_path / "no-such-store"
+    assert _refused(["gc", "--dry-run", "--storage-uri", f"file://{missing}"]) == [
+        f"error: storage_uri file://{missing}: does not exist, so there is nothing to collect: give the artifact "
+        "root your runs write to (--storage-uri, or ESSAFLOW_STORAGE_URI)"
+    ]
+    (tmp_path / "a-file").write_text("")
+    assert "is not a directory" in _refused(["gc", "--storage-uri", str(tmp_path / "a-file")])[0]
