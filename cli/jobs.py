@@ -15,11 +15,12 @@ from essaflow.config import PipelineConfig
 
 def _training_job(cfg: PipelineConfig) -> None:
     """The job's JSON line, or on failure its error as the JSON line (traceback in the log with --verbose). The
-    run's preflight first (model, Ray head, hub id): a job writes no artifacts, so its store is not checked."""
+    run's preflight first (model, Ray head, hub id): a job writes no artifacts and tracks nothing, so its store and
+    tracking server are not checked."""
     from cli.pipeline import preflight
     from essaflow.secrets import scrub
 
-    preflight(cfg, storage=False)
+    preflight(cfg, services=False)
     from essaflow.training.job import run_training_job  # the model stack: seconds of imports, after the preflight
 
     try:

@@ -82,12 +82,13 @@ def credentials_to_env(params: Any) -> Any:
     return uri_passwords_to_env(params)
 
 
-def preflight(cfg: PipelineConfig, storage: bool = True) -> None:
+def preflight(cfg: PipelineConfig, services: bool = True, resume: str | None = None) -> None:
     """What a run needs and the config alone cannot say, checked before the flow starts: the model's checkpoint
     (a local directory with config.json, weights and tokenizer files; a hub id that resolves), a Ray head answering
     where training joins one, the environment variables it reads (numbers, a writable cache directory, S3 settings)
-    and (`storage`) the artifact store answering (S3: its endpoint, bucket and keys): seconds, not Prefect's
-    start-up or the model stack's imports first."""
+    and (`services`) the artifact store (S3: its endpoint, bucket and keys) and the MLflow tracking server
+    answering, and the run `resume` names (a malformed or unknown id, another pipeline's run, a completed run):
+    seconds, not Prefect's start-up or the model stack's imports first."""
     from essaflow.artifacts.store import check_storage, storage_uri_for
     from essaflow.checks.environment import environment_problems
     from essaflow.checks.machine import machine_problems
@@ -99,6 +100,7 @@ def preflight(cfg: PipelineConfig, storage: bool = True) -> None:
     from essaflow.model.identity import require_resolvable
     from essaflow.secrets import scrub
     from essaflow.storage import StorageError
+    from essaflow.tracking.server import TrackingError, check_tracking, resolve_tracking_uri
 
     for note in config_notes(cfg):  # a valid config that may not do what was meant: said, not refused
         typer.echo(note, err=True)
@@ -110,10 +112,30 @@ def preflight(cfg: PipelineConfig, storage: bool = True) -> None:
     try:
         probe_cluster(cfg.cluster_request(), cfg.ray_address)
         require_resolvable(cfg.model)  # a hub id that resolves nowhere
-        if storage:
-            check_storage(storage_uri_for(cfg.storage_uri))  # an S3 endpoint that is down, a bucket or keys missing
-    except (ClusterUnreachable, ConfigError, StorageError) as err:
+        if services:
+            storage_uri = check_storage(storage_uri_for(cfg.storage_uri))  # an S3 endpoint down, a bucket missing
+            tracking_uri = resolve_tracking_uri(cfg.tracking_uri)
+            check_tracking(tracking_uri)  # a dead MLflow server: at once, not when the run opens
+    except (ClusterUnreachable, ConfigError, StorageError, TrackingError) as err:
         fail(f"{type(err).__name__}: {scrub(str(err))}", "preflight", None, [])
+    if resume and services:
+        _check_resume(cfg, resume, storage_uri, tracking_uri)
+
+
+def _check_resume(cfg: PipelineConfig, resume: str, storage_uri: str, tracking_uri: str) -> None:
+    """The run `resume` names, resolved as the run's first task will (essaflow/runs/resume.py): a malformed or
+    unknown id, `last` with no failed run, another pipeline's run or a completed one refused before Prefect starts;
+    anything else (the tracking server's own errors) is left to the run, which reports it."""
+    from essaflow.config import ConfigError
+    from essaflow.runs.resume import resolve_run_id
+    from essaflow.storage import open_store
+
+    try:
+        resolve_run_id(resume, open_store(storage_uri), tracking_uri, cfg)
+    except ConfigError as err:
+        refuse([str(err)])
+    except Exception as err:  # noqa: BLE001 - the run's open_run meets it again, with retries and its report
+        logging.getLogger(__name__).info("--resume %s not checked ahead: %s", resume, err)
 
 
 def orchestration_error(err: Exception) -> str:
@@ -271,7 +293,7 @@ def demo(
         config = Path(__file__).resolve().parent.parent / "configs" / preset
         config = config if config.exists() else None
     cfg = load(config, set_, method=method)
-    preflight(cfg)
+    preflight(cfg, resume=resume)
     argv = ["demo", "--method", method, *(["-c", str(config)] if config else [])]
     emit(finetune_summary(cfg, progress, resume, rerun_command(argv, set_), force))
 
@@ -287,7 +309,7 @@ def run(
     """Run the finetune flow locally: data -> pass@k -> SFT -> ESSA/F-GRPO -> pass@k -> MLflow registry."""
     flow_logging(verbose)
     cfg = load(config, set_)
-    preflight(cfg)
+    preflight(cfg, resume=resume)
     emit(finetune_summary(cfg, progress, resume, rerun_command(["run", str(config)], set_), force))
 
 

@@ -47,16 +47,38 @@ def resume_identity(cfg: PipelineConfig) -> dict[str, Any]:
     }
 
 
+#: at most this many changed fields are listed (another pipeline's run differs in dozens)
+SHOWN_CHANGES = 6
+
+
 def check_resumable(saved: PipelineConfig, cfg: PipelineConfig, run_id: str) -> None:
-    """ConfigError naming every field whose value differs from the one run `run_id` was started with."""
+    """ConfigError naming the fields whose value differs from the one run `run_id` was started with (the first
+    SHOWN_CHANGES of them, and how many more), or only the pipeline or the method when those differ."""
+    if saved.name != cfg.name:
+        raise ConfigError(
+            f"resume {run_id}: that is a run of pipeline {saved.name!r}, not of {cfg.name!r}: resume it with the "
+            "config it was started with, or start a new run without --resume"
+        )
+    if saved.method != cfg.method:  # every field of both methods' sections would differ
+        raise ConfigError(
+            f"resume {run_id}: that run trained method {saved.method!r}, this config method {cfg.method!r}: resume it "
+            f"with method: {saved.method}, or start a new run without --resume"
+        )
     before, now = resume_identity(saved), resume_identity(cfg)
     changed = sorted(set(changed_trajectory(before, now)) | (set(before) ^ set(now)))
     if changed:
-        diffs = "; ".join(f"{k}: {before.get(k)!r} -> {now.get(k)!r}" for k in changed)
+        diffs = "; ".join(f"{k}: {_short(before.get(k))} -> {_short(now.get(k))}" for k in changed[:SHOWN_CHANGES])
+        more = f"; and {len(changed) - SHOWN_CHANGES} more" if len(changed) > SHOWN_CHANGES else ""
         raise ConfigError(
-            f"resume {run_id}: the config differs from the run's in fields its trajectory depends on ({diffs}); "
-            "restore them, or start a new run without --resume"
+            f"resume {run_id}: the config differs from the run's in {len(changed)} field"
+            f"{'s' if len(changed) > 1 else ''} its trajectory depends on ({diffs}{more}); restore them, or start a "
+            "new run without --resume"
         )
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def last_failed_run(tracking_uri: str, name: str) -> str:
@@ -77,12 +99,21 @@ def last_failed_run(tracking_uri: str, name: str) -> str:
 
 
 def resolve_run_id(resume: str, store: ArtifactStore, tracking_uri: str, cfg: PipelineConfig) -> str:
-    """The run id `resume` names (`last` or an id), checked against the config it was started with."""
+    """The run id `resume` names (`last` or an id), checked against the config it was started with and refused when
+    that run completed. Answered from storage first (a malformed or unknown id, another pipeline's run), the
+    tracking server after."""
+    from essaflow import tracking
+
     if resume == LAST:  # a run killed outright is still RUNNING in MLflow: its stale lease says it died
         mark_crashed(store, tracking_uri, cfg.name)
     run_id = last_failed_run(tracking_uri, cfg.name) if resume == LAST else resume.strip()
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", run_id):
         raise ConfigError(f"resume: {run_id!r} is not a run id (letters, digits, '-', '_', '.')")
     check_resumable(recorded_config(store, run_id), cfg, run_id)
+    if tracking.run_status(tracking_uri, cfg.name, run_id) == "FINISHED":
+        raise ConfigError(
+            f"resume {run_id}: that run completed (its MLflow run is FINISHED), so there is nothing to resume; start "
+            "a new run without --resume (--force trains even when nothing is new)"
+        )
     log.info("resuming run %s", run_id)
     return run_id

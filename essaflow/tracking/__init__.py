@@ -31,6 +31,7 @@ from essaflow.tracking.runs import (  # noqa: F401
     finish_run,
     flat_params,
     git_commit,
+    run_status,
     set_tags,
     start_run,
     tracked,

@@ -125,6 +125,17 @@ def start_run(cfg: PipelineConfig, tracking_uri: str, run_id: str, tags: dict[st
     return TrackedRun(tracking_uri, exp_id, run.info.run_id)
 
 
+def run_status(tracking_uri: str, name: str, run_id: str) -> str | None:
+    """The MLflow status (RUNNING, FINISHED, FAILED, KILLED) of pipeline run `run_id` in experiment `name`; None
+    when it has no MLflow run there."""
+    c = client(tracking_uri)
+    exp = c.get_experiment_by_name(name)
+    if exp is None:
+        return None
+    found = c.search_runs([exp.experiment_id], filter_string=f"tags.`{RUN_TAG}` = '{run_id}'", max_results=1)
+    return found[0].info.status if found else None
+
+
 def set_tags(run: TrackedRun, tags: dict[str, Any]) -> None:
     from mlflow.entities import RunTag
 

@@ -314,3 +314,85 @@ def test_gc_on_a_store_folder_that_is_not_there_says_so_at_once(tmp_path, monkey
     ]
     (tmp_path / "a-file").write_text("")
     assert "is not a directory" in _refused(["gc", "--storage-uri", str(tmp_path / "a-file")])[0]
+
+
+# ------------------------------------------------------------------------------------------ services and --resume
+
+
+def test_a_dead_tracking_server_is_named_by_the_preflight(tmp_path, monkeypatch):
+    from devstack import free_port
+
+    monkeypatch.chdir(tmp_path)
+    port = free_port()
+    preset = tmp_path / "run.yaml"
+    preset.write_text(f"tracking_uri: http://alice:hunter2@127.0.0.1:{port}\n")
+    result = CliRunner().invoke(app, ["run", str(preset), "--no-progress"])
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    assert _errors(result) == [f"error: preflight: TrackingError: MLflow tracking server http://127.0.0.1:{port} is "
+                               "unreachable (ConnectionError); start it (essaflow stack up) or point "
+                               "MLFLOW_TRACKING_URI / tracking_uri at a running server"]  # fmt: skip
+    assert json.loads(result.stdout.splitlines()[-1])["stage"] == "preflight" and "hunter2" not in result.output
+
+
+@pytest.fixture
+def stores(tmp_path, monkeypatch):
+    """A preset on a file store and a sqlite tracking store of its own, with one failed and one completed run of
+    pipeline `resumed` and one run of pipeline `other` recorded."""
+    from essaflow import tracking
+    from essaflow.config import load_config
+    from essaflow.runs.record import record_run
+    from essaflow.storage import open_store
+
+    monkeypatch.chdir(tmp_path)
+    store_uri, tracking_uri = f"file://{tmp_path}/store", f"sqlite:///{tmp_path}/mlflow.db"
+    preset = tmp_path / "run.yaml"
+    preset.write_text(f"name: resumed\nmethod: essa\nstorage_uri: {store_uri}\ntracking_uri: {tracking_uri}\n")
+    store = open_store(store_uri)
+    cfg = load_config(preset)
+    for run_id, status in (("run-failed", "FAILED"), ("run-done", "FINISHED")):
+        record_run(store, run_id, cfg)
+        tracking.finish_run(tracking.start_run(cfg, tracking_uri, run_id, {}), status)
+    record_run(store, "run-other", load_config(None, ["name=other", "method=fgrpo", "seed=7"]))
+    return preset
+
+
+@pytest.mark.parametrize(
+    ("resume", "expected"),
+    [
+        ("../x", "resume: '../x' is not a run id (letters, digits, '-', '_', '.')"),
+        ("nope", "resume: no run 'nope' in file://STORE (no runs/nope/record/manifest.json)"),
+        ("run-other", "resume run-other: that is a run of pipeline 'other', not of 'resumed': resume it with the "
+                      "config it was started with, or start a new run without --resume"),
+        ("run-done", "resume run-done: that run completed (its MLflow run is FINISHED), so there is nothing to "
+                     "resume; start a new run without --resume (--force trains even when nothing is new)"),
+    ],
+)  # fmt: skip
+def test_a_resume_that_cannot_be_is_refused_before_prefect_starts(stores, tmp_path, resume, expected):
+    expected = expected.replace("file://STORE", f"file://{tmp_path}/store")
+    assert _refused(["run", str(stores), "--no-progress", "--resume", resume]) == [f"error: {expected}"]
+
+
+def test_resume_last_with_no_failed_run_is_refused_before_prefect_starts(stores, tmp_path):
+    args = ["run", str(stores), "--no-progress", "--resume", "last", "--set", "name=fresh"]
+    assert _refused(args) == [
+        f"error: resume last: no failed run of pipeline 'fresh' at sqlite:///{tmp_path}/mlflow.db"
+    ]
+
+
+def test_a_resume_of_a_failed_run_passes_the_preflight(stores):
+    result = CliRunner().invoke(app, ["run", str(stores), "--no-progress", "--resume", "run-failed"])
+    assert isinstance(result.exception, AssertionError) and "the flow started" in str(result.exception)
+
+
+def test_a_changed_config_lists_a_few_fields_and_counts_the_rest():
+    from essaflow.config import load_config
+    from essaflow.runs.resume import check_resumable
+
+    saved = load_config(None, ["method=essa"])
+    changed = load_config(None, ["method=essa", "seed=9", "essa.population=6", "essa.sigma0=0.5", "essa.alpha=0.5",
+                                 "essa.es_lr=0.1", "data.eval_size=8", "essa.minibatch=16"])  # fmt: skip
+    with pytest.raises(ConfigError) as err:
+        check_resumable(saved, changed, "r1")
+    message = str(err.value)
+    assert message.startswith("resume r1: the config differs from the run's in 7 fields its trajectory depends on (")
+    assert message.count(" -> ") == 6 and "; and 1 more); restore them" in message and len(message) < 600

@@ -43,9 +43,10 @@ def test_a_run_id_resolves_through_its_recorded_config(tmp_path):
     record_run(store, "run-a", _cfg())
     record_run(store, "run-a", _cfg("essa.sigma0=0.9"))  # a retry never rewrites the first attempt's record
     assert recorded_config(store, "run-a").essa.sigma0 == _cfg().essa.sigma0
-    assert resolve_run_id("run-a", store, "unused", _cfg()) == "run-a"
+    uri = f"sqlite:///{tmp_path}/mlflow.db"  # no MLflow run of run-a: not completed
+    assert resolve_run_id("run-a", store, uri, _cfg()) == "run-a"
     with pytest.raises(ConfigError, match="no run 'nope'"):
-        resolve_run_id("nope", store, "unused", _cfg())
+        resolve_run_id("nope", store, "unused", _cfg())  # answered from storage: no tracking server asked
     with pytest.raises(ConfigError, match="not a run id"):
         resolve_run_id("../x", store, "unused", _cfg())
 
