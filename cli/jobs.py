@@ -68,13 +68,33 @@ def build_tiny(
     ),
 ) -> None:
     """(Re)build an embedded tiny base model into the package, where runs find it (--out: anywhere)."""
-    from essaflow.model.tiny import SHIPPED_DIRS, build_tiny_base
-    from essaflow.model.tiny_recipe import BUILTIN_MODELS
+    from essaflow.model.tiny_recipe import BUILTIN_MODELS  # no torch: a wrong name is answered in a blink
 
     if model not in BUILTIN_MODELS:
         fail(f"--model {model!r}: not a built-in model; choose from {sorted(BUILTIN_MODELS)}", "build-tiny", None, [])
+    problem = _out_problem(out) if out is not None else None
+    if problem:  # checked before the minutes of building, not after
+        fail(f"--out {str(out)!r}: {problem}", "build-tiny", None, [])
+    from essaflow.model.tiny import SHIPPED_DIRS, build_tiny_base
+
     recipe = BUILTIN_MODELS[model].recipe
     default = SHIPPED_DIRS[model]
     start = time.perf_counter()
     path = build_tiny_base(out or default, recipe)
     emit({"path": str(path), "model": model, "wall_s": round(time.perf_counter() - start, 1)})
+
+
+def _out_problem(out: Path) -> str | None:
+    """Why the model cannot be written to `out` (its folder is made next to it, then moved in place), or None."""
+    import tempfile
+
+    if out.exists() and not out.is_dir():
+        return "is a file, not a directory"
+    parent = out.absolute().parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=parent):
+            pass
+    except OSError as err:
+        return f"cannot write in {str(parent)!r} ({err.strerror or type(err).__name__}): give a writable directory"
+    return None

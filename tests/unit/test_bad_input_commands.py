@@ -396,3 +396,24 @@ def test_a_changed_config_lists_a_few_fields_and_counts_the_rest():
     message = str(err.value)
     assert message.startswith("resume r1: the config differs from the run's in 7 fields its trajectory depends on (")
     assert message.count(" -> ") == 6 and "; and 1 more); restore them" in message and len(message) < 600
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--model", "builtin:nope"], "--model 'builtin:nope': not a built-in model; choose from ['builtin:tiny', "
+                                      "'builtin:tiny-countdown', 'builtin:tiny-programs']"),
+        (["--out", "/proc/x"], "--out '/proc/x': cannot write in '/proc' (No such file or directory): give a "
+                               "writable directory"),
+        (["--out", "FILE"], "--out 'FILE': is a file, not a directory"),
+    ],
+)  # fmt: skip
+def test_build_tiny_checks_its_arguments_before_loading_or_building_anything(monkeypatch, tmp_path, args, expected):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "essaflow.model.tiny", None)  # torch and the builder: an import would fail
+    if "FILE" in args:
+        (tmp_path / "a-file").write_text("")
+        args = [str(tmp_path / "a-file") if a == "FILE" else a for a in args]
+        expected = expected.replace("FILE", str(tmp_path / "a-file"))
+    assert _refused(["build-tiny", *args], code=1) == [f"error: build-tiny: {expected}"]
