@@ -74,10 +74,9 @@ def main() -> None:
 
 
 def _cpu() -> str:
-    for line in open("/proc/cpuinfo"):
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown"
+    with open("/proc/cpuinfo") as f:
+        names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
+    return names[0] if names else "unknown"
 
 
 if __name__ == "__main__":

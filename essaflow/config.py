@@ -40,7 +40,7 @@ from essaflow.cluster.address import ray_address_problem
 from essaflow.cluster.config import ESSAWorkersConfig, GRPOWorkersConfig, RayWorkersConfig
 from essaflow.cluster.request import TrainingRequest
 from essaflow.config_base import ConfigError, StrictConfig, changed_trajectory, trajectory_values
-from essaflow.data.config import DataConfig, SyntheticTaskConfig
+from essaflow.data.config import EVALUATION_SOURCES, DataConfig, SyntheticTaskConfig
 from essaflow.essa.config import ESSAConfig
 from essaflow.generation.config import SamplingConfig
 from essaflow.grpo.config import GRPOConfig
@@ -146,6 +146,16 @@ class PipelineConfig(StrictConfig):
                 "sft.enabled: false (or sft.steps: 0) with method essa: ESSA searches the singular values of a "
                 "trained LoRA adapter (ESSA-v3 sec. 3.2), and an untrained one (B = 0) has none; keep the SFT step "
                 "or give adapter_uri"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _trains_on_a_training_source(self) -> PipelineConfig:
+        if self.method != "none" and self.data.source in EVALUATION_SOURCES:
+            raise ValueError(
+                f"data.source={self.data.source} is an evaluation set (every problem held out), nothing to train "
+                f"{self.method} on: evaluate with `essaflow eval --base -c ...` or `essaflow eval models:/NAME@ALIAS "
+                "-c ...`, and train on another source"
             )
         return self
 

@@ -260,7 +260,7 @@ def _check_splits(data: DataConfig, problems: list[Problem], held: list[Problem]
     """The splits the run would make (essaflow.data.splits): no training data or nothing held out is a problem now,
     not after the run has started. data.max_prompt_tokens needs the tokenizer: applied at run time only."""
     try:
-        splits = split_problems(problems, data.eval_size, data.sft_fraction, data.eval_fraction, held)
+        splits = split_problems(problems, data.eval_size, data.sft_fraction, data.held_out_fraction(), held)
     except DataError as e:
         report.problems.append(f"data: {e}")
         return

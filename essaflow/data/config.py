@@ -15,6 +15,8 @@ from essaflow.generation.prompt_format import PromptFormat
 
 #: Sources that need no data.path: generated (synthetic, reasoning_gym) or shipped by an installed package
 GENERATED_SOURCES = ("synthetic", "reasoning_gym", "humaneval")
+#: Sources that are evaluation sets: every problem held out (DataConfig.held_out_fraction)
+EVALUATION_SOURCES = ("humaneval",)
 #: Our fields data.columns may map to a source column (solution: a worked solution, where the schema has one).
 MAPPABLE = ("id", "prompt", "answer", "solution")
 #: `{name}` in a prompt template; the argument of a LaTeX command (`\boxed{answer}`, `\frac{a}{b}`) is text
@@ -158,7 +160,8 @@ class ReasoningGymConfig(StrictConfig):
     tasks: list[ReasoningGymTaskConfig] = [ReasoningGymTaskConfig(name="basic_arithmetic")]
     """The task, or a weighted mix of tasks (one source either way); a bare name stands for {name: ...}."""
     size: int = Field(2000, ge=10)
-    """How many problems to generate before splitting, over all tasks."""
+    """How many problems to draw over all tasks; a question drawn again is dropped (a small task repeats itself),
+    so the source may hold fewer."""
 
     @field_validator("tasks", mode="before")
     @classmethod
@@ -318,6 +321,11 @@ class DataConfig(StrictConfig):
         """The data config that reads `eval.data`: its source, with this config's prompt template and limits."""
         fields = source.model_dump()
         return self.model_copy(update={**fields, "max_problems": None, "synthetic": SyntheticTaskConfig()})
+
+    def held_out_fraction(self) -> float:
+        """The share of the key space held out: eval_fraction, or all of it for an evaluation set (HumanEval: none
+        of its problems is trained on)."""
+        return 1.0 if self.source in EVALUATION_SOURCES else self.eval_fraction
 
     def prompt_format(self) -> PromptFormat:
         """How prompts are wrapped for the model: the one value SFT, scoring, rollouts and evaluation share."""

@@ -46,7 +46,8 @@ def prepare_data(data: DataConfig, held_out: HeldOutSourceConfig | None = None, 
         loaded, eval_snap = _loaded(data.held_out(held_out), "evaluation")
         eval_problems = loaded.problems
         sources.append(eval_snap)
-    splits = split_problems(filtered.problems, data.eval_size, data.sft_fraction, data.eval_fraction, eval_problems)
+    eval_fraction = data.held_out_fraction()
+    splits = split_problems(filtered.problems, data.eval_size, data.sft_fraction, eval_fraction, eval_problems)
     if splits.eval_overlap_dropped:
         log.warning(
             "dropped %d training problem(s) that the held-out source %s also holds",

@@ -52,11 +52,18 @@ def _dataset(name: str, config: dict[str, Any], size: int, seed: int):
 
 
 def reasoning_gym_problems(cfg: ReasoningGymConfig, seed: int) -> list[Problem]:
-    """`cfg.size` problems over `cfg.tasks` (each its weighted share), generated from `seed`."""
+    """The distinct problems among `cfg.size` drawn over `cfg.tasks` (each its weighted share) from `seed`.
+
+    reasoning-gym draws with replacement, and a small task repeats itself (1-digit sums: 200 questions in all): a
+    question asked again is dropped (the first copy kept), so no problem weighs twice in training or evaluation."""
     problems: list[Problem] = []
+    seen: set[str] = set()
     for task, size in zip(cfg.tasks, cfg.sizes()):
         for index, entry in enumerate(_dataset(task.name, task.config, size, seed)):
-            problems.append(_problem(task.name, task.config, index, _json_safe(entry)))
+            problem = _problem(task.name, task.config, index, _json_safe(entry))
+            if problem.problem_key() not in seen:
+                seen.add(problem.problem_key())
+                problems.append(problem)
     return problems
 
 

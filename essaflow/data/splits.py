@@ -90,7 +90,7 @@ def split_problems(
         held = {p.problem_key() for p in region}
         training = [p for p in problems if p.problem_key() not in held]
         dropped = len(problems) - len(training)
-    if not training:
+    if not training and eval_fraction < 1.0:  # 1.0: an evaluation set (DataConfig.held_out_fraction), by design
         raise DataError(
             f"no training data left out of {len(problems)} problems"
             + (f" (data.eval_fraction={eval_fraction} holds them all out)" if eval_problems is None else "")
