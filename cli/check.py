@@ -59,9 +59,13 @@ def check_config(
     if inputs:
         from essaflow.input_check import check_inputs
         from essaflow.judging.reward_check import check_reward
+        from essaflow.sandbox.bubblewrap import SandboxUnavailable
 
         report = check_inputs(cfg.model, cfg.data, cfg.eval.data)
-        reward = check_reward(cfg.eval, cfg.data) if not report.problems else None
+        try:
+            reward = check_reward(cfg.eval, cfg.data) if not report.problems else None
+        except SandboxUnavailable as err:  # code_tests with no sandbox here: its message names the field and fix
+            reward, problems = None, [str(err), *problems]
         for note in report.notes + (reward.notes if reward else []):
             typer.echo(mask_passwords(note), err=True)
         problems = report.problems + (reward.problems if reward else []) + problems

@@ -417,3 +417,37 @@ def test_build_tiny_checks_its_arguments_before_loading_or_building_anything(mon
         args = [str(tmp_path / "a-file") if a == "FILE" else a for a in args]
         expected = expected.replace("FILE", str(tmp_path / "a-file"))
     assert _refused(["build-tiny", *args], code=1) == [f"error: build-tiny: {expected}"]
+
+
+# ------------------------------------------------------------------------------------------ the sandbox in check-config
+
+
+def _no_sandbox(message: str):
+    from essaflow.sandbox.bubblewrap import SandboxUnavailable
+
+    def probe(_argv):
+        raise SandboxUnavailable(message)
+
+    return probe
+
+
+@pytest.mark.parametrize("case", ["wrong-path", "not-installed", "no-namespaces"])
+def test_a_sandbox_that_cannot_start_is_one_line_in_check_config(monkeypatch, case):
+    from essaflow.sandbox import bubblewrap
+
+    words = ["--set", f"eval.sandbox.bwrap_path=/no/such/bwrap-{case}"]  # a pool of its own: none is cached
+    if case == "wrong-path":
+        monkeypatch.setattr(bubblewrap.shutil, "which", lambda name: "/usr/bin/bwrap" if name == "bwrap" else None)
+        expected = (
+            f"eval.sandbox.bwrap_path '/no/such/bwrap-{case}' is not an executable file; bubblewrap is "
+            "installed at /usr/bin/bwrap: set the field to that path, or remove it to use bwrap from PATH"
+        )
+    elif case == "not-installed":
+        monkeypatch.setattr(bubblewrap.shutil, "which", lambda name: None)
+        expected = f"bubblewrap not found ('/no/such/bwrap-{case}' (eval.sandbox.bwrap_path): no such executable): "
+    else:
+        monkeypatch.setattr(bubblewrap.shutil, "which", lambda name: name)
+        monkeypatch.setattr(bubblewrap, "_probe", _no_sandbox("bubblewrap cannot create a sandbox here (denied)"))
+        expected = "bubblewrap cannot create a sandbox here (denied)"
+    errors = _refused(["check-config", "-c", "configs/tiny-code.yaml", "--no-machine", *words])
+    assert len(errors) == 1 and errors[0].startswith(f"error: {expected}"), errors
