@@ -25,9 +25,44 @@ def set_keys(section: BaseModel, prefix: str) -> list[str]:
     return keys
 
 
-def config_notes(cfg: Any) -> list[str]:
-    """`note:` lines for `cfg` (a PipelineConfig): unread sections that were set, fsdp over one rank."""
+#: the knobs of data.synthetic that only one built-in task reads (the others read task and num_problems)
+_TASK_KNOBS = {"arithmetic": ("min_digits", "max_digits", "operators"), "countdown": ("countdown",),
+               "programs": ("programs",)}  # fmt: skip
+
+
+def task_knob_notes(data: Any) -> list[str]:
+    """`note:` lines for a DataConfig whose data.synthetic sets knobs its task (or its source) does not read to
+    other than their defaults: Countdown's under the arithmetic task, any under a source other than synthetic (a
+    preset that extends tiny.yaml restates arithmetic's defaults: no note)."""
+    synthetic = data.synthetic
+    defaults = type(synthetic)()
     notes = []
+    for task, knobs in _TASK_KNOBS.items():
+        if data.source == "synthetic" and task == synthetic.task:
+            continue
+        keys = [k for k in set_keys(synthetic, "data.synthetic.") if k.split(".")[2] in knobs
+                and _at(synthetic, k) != _at(defaults, k)]  # fmt: skip
+        if keys:
+            shown = ", ".join(keys[:4]) + (f" and {len(keys) - 4} more" if len(keys) > 4 else "")
+            own = data.source == "synthetic"
+            why = f"data.synthetic.task is {synthetic.task}" if own else f"data.source is {data.source}"
+            reader = "data.synthetic.task" if own else "data.source: synthetic with data.synthetic.task"
+            pronoun = "it" if len(keys) == 1 else "them"
+            notes.append(f"note: {shown} set, but {why}: ignored ({reader}: {task} reads {pronoun})")
+    return notes
+
+
+def _at(section: BaseModel, dotted: str) -> Any:
+    """The value of data.synthetic's `dotted` key (data.synthetic.countdown.count) in `section`."""
+    for name in dotted.split(".")[2:]:
+        section = getattr(section, name)
+    return section
+
+
+def config_notes(cfg: Any) -> list[str]:
+    """`note:` lines for `cfg` (a PipelineConfig): unread sections that were set, task knobs no task reads, fsdp
+    over one rank."""
+    notes = task_knob_notes(cfg.data)
     for section in _UNREAD[cfg.method]:
         keys = set_keys(getattr(cfg, section), f"{section}.")
         if keys:

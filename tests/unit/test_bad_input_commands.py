@@ -451,3 +451,33 @@ def test_a_sandbox_that_cannot_start_is_one_line_in_check_config(monkeypatch, ca
         expected = "bubblewrap cannot create a sandbox here (denied)"
     errors = _refused(["check-config", "-c", "configs/tiny-code.yaml", "--no-machine", *words])
     assert len(errors) == 1 and errors[0].startswith(f"error: {expected}"), errors
+
+
+# ------------------------------------------------------------------------------------------ notes on task knobs
+
+
+@pytest.mark.parametrize(
+    ("words", "note"),
+    [
+        (["data.synthetic.countdown.count=4"], "note: data.synthetic.countdown.count set, but data.synthetic.task is "
+                                               "arithmetic: ignored (data.synthetic.task: countdown reads it)"),
+        (["data.synthetic.task=countdown", "data.synthetic.max_digits=5", "data.synthetic.operators=[+]"],
+         "note: data.synthetic.max_digits, data.synthetic.operators set, but data.synthetic.task is countdown: "
+         "ignored (data.synthetic.task: arithmetic reads them)"),
+        (["data.synthetic.programs.domain=12"], "note: data.synthetic.programs.domain set, but data.synthetic.task is "
+                                               "arithmetic: ignored (data.synthetic.task: programs reads it)"),
+        (["data.source=file", "data.path=x.jsonl", "data.synthetic.min_digits=2"],
+         "note: data.synthetic.min_digits set, but data.source is file: ignored (data.source: synthetic with "
+         "data.synthetic.task: arithmetic reads it)"),
+    ],
+)  # fmt: skip
+def test_task_knobs_no_task_reads_get_a_note(words, note):
+    args = [a for w in words for a in ("--set", w)]
+    result = CliRunner().invoke(app, ["check-config", "--no-inputs", *args])
+    assert result.exit_code == 0 and note in result.stderr.splitlines(), result.output
+
+
+@pytest.mark.parametrize("preset", ["configs/tiny-countdown.yaml", "configs/tiny-code.yaml", "configs/tiny.yaml"])
+def test_a_preset_restating_another_tasks_defaults_gets_no_note(preset):
+    result = CliRunner().invoke(app, ["check-config", "--no-inputs", "-c", preset])
+    assert result.exit_code == 0 and "data.synthetic" not in result.stderr, result.stderr
