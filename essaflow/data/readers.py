@@ -89,6 +89,10 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON (write it as a string)")
 
 
+#: a value nested past Python's recursion limit (about a thousand arrays or objects deep), which json cannot read
+_TOO_DEEP = "a value nested too deeply to read (arrays or objects about a thousand levels deep): flatten it"
+
+
 def _loads(text: str) -> Any:
     return json.loads(text, parse_int=Number, parse_float=Number, parse_constant=_reject_constant)
 
@@ -137,6 +141,9 @@ def read_jsonl(raw: bytes, source: str) -> Table:
         except ValueError as e:
             table.bad(where, f"not valid JSON ({e})")
             continue
+        except RecursionError:
+            table.bad(where, _TOO_DEEP)
+            continue
         if not isinstance(obj, dict):
             table.bad(where, f"a JSON {_kind(obj)}, not an object with one field per column")
             continue
@@ -154,6 +161,8 @@ def read_json(raw: bytes, source: str) -> Table:
         raise DataFileError(f"{source}: line {e.lineno}, column {e.colno}: not valid JSON ({e.msg}){hint}") from None
     except ValueError as e:
         raise DataFileError(f"{source}: not valid JSON ({e})") from None
+    except RecursionError:
+        raise DataFileError(f"{source}: {_TOO_DEEP}") from None
     table = Table(source)
     if isinstance(top, list):
         for i, item in enumerate(top):

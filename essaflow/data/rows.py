@@ -158,9 +158,17 @@ def _task_fields(record_values: dict[str, Any], cfg: DataConfig) -> dict[str, An
     return out
 
 
-def typed_value(value: Any) -> Any:
+#: lists and objects a field may nest: deeper is no task's data, and each level costs Python frames (a field 1,000
+#: deep was a RecursionError; the limit is the same in check-config and in a run's deeper stack)
+MAX_NESTING = 100
+
+
+def typed_value(value: Any, depth: int = 0) -> Any:
     """A cell as a JSON value: a file's numbers as int or float (JSON keeps 3 and 3.0 apart), lists and objects
-    typed the same way inside, NaN (pandas' null) as None. Bytes and other types raise NotScalar."""
+    typed the same way inside, NaN (pandas' null) as None. Bytes and other types, and lists or objects nested past
+    MAX_NESTING, raise NotScalar."""
+    if depth > MAX_NESTING:
+        raise NotScalar(f"nested more than {MAX_NESTING} lists or objects deep: flatten it")
     if value is None or isinstance(value, bool):
         return value
     if isinstance(value, Number):  # a JSON number's text
@@ -171,9 +179,9 @@ def typed_value(value: Any) -> Any:
         value = float(value)
         return None if value != value else value
     if isinstance(value, list | tuple):
-        return [typed_value(v) for v in value]
+        return [typed_value(v, depth + 1) for v in value]
     if isinstance(value, dict):
-        return {str(k): typed_value(v) for k, v in value.items()}
+        return {str(k): typed_value(v, depth + 1) for k, v in value.items()}
     raise NotScalar(f"{type(value).__name__}, not a JSON value (text, number, boolean, list or object)")
 
 

@@ -481,3 +481,39 @@ def test_task_knobs_no_task_reads_get_a_note(words, note):
 def test_a_preset_restating_another_tasks_defaults_gets_no_note(preset):
     result = CliRunner().invoke(app, ["check-config", "--no-inputs", "-c", preset])
     assert result.exit_code == 0 and "data.synthetic" not in result.stderr, result.stderr
+
+
+# ------------------------------------------------------------------------------------------ rows
+
+
+def _rows_file(path, deep_at: int, depth: int, rows: int = 40) -> None:
+    lines = [json.dumps({"prompt": f"{i}+1=", "answer": str(i + 1)}) for i in range(rows)]
+    lines[deep_at] = '{"prompt": "x", "answer": "1", "deep": ' + "[" * depth + "]" * depth + "}"
+    path.write_text("\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize(
+    ("depth", "why"),
+    [
+        (300, "line 34, column 'deep': field 'deep' is nested more than 100 lists or objects deep: flatten it"),
+        (1000, "line 34: a value nested too deeply to read (arrays or objects about a thousand levels deep): "
+               "flatten it"),
+    ],
+)  # fmt: skip
+def test_a_field_nested_a_thousand_deep_names_its_row(tmp_path, depth, why):
+    path = tmp_path / "deep.jsonl"
+    _rows_file(path, 33, depth)
+    words = ["--set", "data.source=file", "--set", f"data.path={path}", "--set", "data.eval_size=10"]
+    assert _refused(["check-config", *words]) == [f"error: data.path: 1 malformed row(s) in {path}: {why}"]
+    dropped = CliRunner().invoke(app, ["check-config", *words, "--set", "data.on_bad_row=drop"])
+    assert dropped.exit_code == 0 and "39 problems, 1 malformed row(s) dropped" in dropped.stderr, dropped.output
+
+
+def test_a_json_file_nested_a_thousand_deep_is_named(tmp_path):
+    from essaflow.data import DataError
+    from essaflow.data.readers import read_file
+
+    path = tmp_path / "deep.json"
+    path.write_text('[{"prompt": "x", "answer": "1", "deep": ' + "[" * 1000 + "]" * 1000 + "}]")
+    with pytest.raises(DataError, match=f"^{path}: a value nested too deeply to read "):
+        read_file(path)
