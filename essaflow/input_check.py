@@ -235,7 +235,42 @@ def _check_data(data: DataConfig, report: InputReport, where: str = "data.path")
         return None
     dropped = f", {len(loaded.dropped)} malformed row(s) dropped" if loaded.dropped else ""
     report.notes.append(f"{where}: {data.path}: {len(loaded.problems)} problems{dropped}")
+    mixed = mixed_field_types(loaded.problems)
+    if mixed:
+        report.problems.extend(f"{where}: {data.path}: {m}" for m in mixed)
+        return None
     return _conflicts(data, loaded.problems, report, where) if where == "data.path" else loaded.problems
+
+
+def _kind(value: object) -> str | None:
+    """A field value's JSON kind (int and float are both a number); None for null."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    return {str: "text", list: "a list", dict: "an object"}.get(type(value), type(value).__name__)
+
+
+def mixed_field_types(problems: list[Problem]) -> list[str]:
+    """One line per task field whose rows hold values of different kinds (text in some, a number in others; nulls
+    aside), every row read: a reward tried on the first rows meets the other kind only in the run. Each kind is
+    named with how many rows hold it and the first of them (row as counted among the problems read, and its id)."""
+    kinds: dict[str, dict[str, list]] = {}
+    for i, p in enumerate(problems):
+        for name, value in p.fields.items():
+            kind = _kind(value)
+            if kind is not None:
+                seen = kinds.setdefault(name, {}).setdefault(kind, [0, i, p.id])
+                seen[0] += 1
+    out = []
+    for name, by_kind in kinds.items():
+        if len(by_kind) > 1:
+            shown = " and ".join(f"{k} in {n} row(s) (first: row {i}, id {pid!r})" for k, (n, i, pid) in
+                                 sorted(by_kind.items(), key=lambda kv: kv[1][1]))  # fmt: skip
+            out.append(f"field {name!r} is {shown}: give it one type in every row (a reward reading it expects one)")
+    return out
 
 
 def _conflicts(data: DataConfig, problems: list[Problem], report: InputReport, where: str) -> list[Problem] | None:

@@ -517,3 +517,18 @@ def test_a_json_file_nested_a_thousand_deep_is_named(tmp_path):
     path.write_text('[{"prompt": "x", "answer": "1", "deep": ' + "[" * 1000 + "]" * 1000 + "}]")
     with pytest.raises(DataError, match=f"^{path}: a value nested too deeply to read "):
         read_file(path)
+
+
+def test_a_field_of_another_type_after_row_20_is_named_by_check_config(tmp_path):
+    path = tmp_path / "mixed.jsonl"
+    rows = [{"prompt": f"{i}+1=", "answer": str(i + 1), "hint": i if i < 25 else f"h{i}", "k": 1.5 if i else 2}
+            for i in range(60)]  # fmt: skip
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    words = ["--set", "data.source=file", "--set", f"data.path={path}", "--set", "data.eval_size=10"]
+    assert _refused(["check-config", *words]) == [  # k: int and float are both numbers
+        f"error: data.path: {path}: field 'hint' is a number in 25 row(s) (first: row 0, id '0') and text in 35 "
+        "row(s) (first: row 25, id '25'): give it one type in every row (a reward reading it expects one)"
+    ]
+    path.write_text("".join(json.dumps({**r, "hint": None if r["hint"] == 3 else r["hint"]}) + "\n"
+                            for r in rows[:25]))  # fmt: skip
+    assert CliRunner().invoke(app, ["check-config", *words]).exit_code == 0  # nulls are no other type
