@@ -56,25 +56,31 @@ def check_config(
     for note in config_notes(cfg):
         typer.echo(note, err=True)
     problems = _environment_problems(cfg, inputs if machine is None else machine)
-    if inputs:
-        from essaflow.input_check import check_inputs
-        from essaflow.judging.reward_check import check_reward
-        from essaflow.sandbox.bubblewrap import SandboxUnavailable
-
-        report = check_inputs(cfg.model, cfg.data, cfg.eval.data)
-        try:
-            reward = check_reward(cfg.eval, cfg.data) if not report.problems else None
-        except SandboxUnavailable as err:  # code_tests with no sandbox here: its message names the field and fix
-            reward, problems = None, [str(err), *problems]
-        for note in report.notes + (reward.notes if reward else []):
-            typer.echo(mask_passwords(note), err=True)
-        problems = report.problems + (reward.problems if reward else []) + problems
+    problems = _input_problems(cfg) + problems if inputs else problems
     if problems:
         refuse(problems, json_line=False)
     _memory_plan(cfg)
     if cluster:
         _check_cluster(cfg)
     typer.echo(mask_passwords(cfg.model_dump_json(indent=2)))  # a tracking_uri's password stays off the screen
+
+
+def _input_problems(cfg: PipelineConfig) -> list[str]:
+    """The model and data the config names, then its reward tried on the data: their notes on stderr, their
+    problems returned (a sandbox that cannot start for code_tests is one of them, not a traceback)."""
+    from essaflow.input_check import check_inputs
+    from essaflow.judging.reward_check import check_reward
+    from essaflow.sandbox.bubblewrap import SandboxUnavailable
+
+    report = check_inputs(cfg.model, cfg.data, cfg.eval.data)
+    sandbox: list[str] = []
+    try:
+        reward = check_reward(cfg.eval, cfg.data) if not report.problems else None
+    except SandboxUnavailable as err:  # its message names the field and the fix
+        reward, sandbox = None, [str(err)]
+    for note in report.notes + (reward.notes if reward else []):
+        typer.echo(mask_passwords(note), err=True)
+    return report.problems + (reward.problems if reward else []) + sandbox
 
 
 def _check_cluster(cfg: PipelineConfig) -> None:

@@ -208,7 +208,11 @@ def _check_data(data: DataConfig, report: InputReport, where: str = "data.path")
     filters that need no tokenizer (None: not read here, or unreadable, which is a problem)."""
     if data.source == "synthetic":
         report.notes.append(f"data: the built-in synthetic task {data.synthetic.task}")
-        return read_problems(data).problems  # generated in a fraction of a second: its splits are checked too
+        try:
+            return read_problems(data).problems  # generated in a fraction of a second: its splits are checked too
+        except DataError as e:  # knobs that cannot make num_problems distinct problems
+            report.problems.append(str(e))
+            return None
     if data.source in ("reasoning_gym", "humaneval"):  # generated or shipped by a package: read as the run will
         try:
             problems = read_problems(data).problems

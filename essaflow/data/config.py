@@ -66,7 +66,7 @@ class CountdownTaskConfig(StrictConfig):
     """Smallest number given."""
     high: int = Field(25, ge=1, le=999)
     """Largest number given."""
-    operators: list[Literal["+", "-", "*", "/"]] = ["+", "-", "*"]
+    operators: list[Literal["+", "-", "*", "/"]] = Field(["+", "-", "*"], min_length=1)
     """Operators the generated solutions use (the verifier accepts all four in a completion)."""
     max_target: int = Field(999, ge=1)
     """Largest target: problems whose solution makes more are redrawn."""
@@ -91,7 +91,7 @@ class ProgramsTaskConfig(StrictConfig):
     """Input/output pairs the prompt shows; the other inputs of the domain are the hidden tests."""
     domain: int = Field(10, ge=2, le=20)
     """Inputs are 0..domain-1."""
-    kinds: list[ProgramStep] = list(get_args(ProgramStep))
+    kinds: list[ProgramStep] = Field(list(get_args(ProgramStep)), min_length=1)
     """Step kinds a function is built from (each with a small constant, abs without one)."""
 
     @model_validator(mode="after")
@@ -113,7 +113,7 @@ class SyntheticTaskConfig(StrictConfig):
     """Arithmetic: fewest digits per operand."""
     max_digits: int = Field(3, ge=1, le=6)
     """Arithmetic: most digits per operand."""
-    operators: list[Literal["+", "-", "*"]] = ["+", "-"]
+    operators: list[Literal["+", "-", "*"]] = Field(["+", "-"], min_length=1)
     """Arithmetic: operators drawn uniformly per problem."""
     countdown: CountdownTaskConfig = CountdownTaskConfig()
     """Countdown's knobs."""

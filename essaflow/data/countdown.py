@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from essaflow.data.draws import draws
 from essaflow.data.schema import Problem
 
 ALPHABET = "0123456789+-*/()>: "
@@ -62,7 +63,7 @@ def countdown_problems(
 ) -> list[Problem]:  # fmt: skip
     """`num_problems` distinct problems of `count` numbers in [low, high]; same arguments => same list."""
     rng, out, seen = random.Random(seed), [], set()
-    for _ in range(num_problems * 200):
+    for _ in draws(num_problems, lambda: len(out)):  # stops early for knobs that hold too few problems
         if len(out) == num_problems:
             return out
         numbers = [rng.randint(low, high) for _ in range(count)]

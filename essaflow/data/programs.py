@@ -18,6 +18,7 @@ import random
 from collections import Counter
 from functools import cache
 
+from essaflow.data.draws import draws
 from essaflow.data.schema import Problem
 
 ALPHABET = "0123456789+-*/%(),:=> abdfilmnsx"
@@ -111,7 +112,7 @@ def programs_problems(
         raise ValueError(f"examples must be in [1, {domain - 1}] (domain {domain}), got {examples}")
     kinds = tuple(kinds)
     rng, out, seen = random.Random(seed), [], set()
-    for _ in range(num_problems * 200):
+    for _ in draws(num_problems, lambda: len(out)):  # stops early for knobs that hold too few problems
         if len(out) == num_problems:
             return out
         drawn = _chain(rng, kinds, max_steps, domain)

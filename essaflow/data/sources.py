@@ -76,7 +76,11 @@ def read_problems(cfg: DataConfig) -> LoadedProblems:
     dropped: list[tuple[int, str]] = []
     if cfg.source == "synthetic":
         s = cfg.synthetic
-        problems = task_problems(s.task, s.num_problems, cfg.seed, s.knobs())
+        try:
+            problems = task_problems(s.task, s.num_problems, cfg.seed, s.knobs())
+        except ValueError as e:  # knobs with fewer distinct problems than num_problems asks for
+            raise DataFileError(f"data.synthetic: {e}: lower data.synthetic.num_problems, or give the "
+                                f"{s.task} task's knobs more room") from None  # fmt: skip
     elif cfg.source == "reasoning_gym":
         from essaflow.data.reasoning_gym import reasoning_gym_problems
 

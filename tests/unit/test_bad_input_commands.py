@@ -532,3 +532,53 @@ def test_a_field_of_another_type_after_row_20_is_named_by_check_config(tmp_path)
     path.write_text("".join(json.dumps({**r, "hint": None if r["hint"] == 3 else r["hint"]}) + "\n"
                             for r in rows[:25]))  # fmt: skip
     assert CliRunner().invoke(app, ["check-config", *words]).exit_code == 0  # nulls are no other type
+
+
+# ------------------------------------------------------------------------------------------ task knobs
+
+
+@pytest.mark.parametrize(
+    "key", ["data.synthetic.operators", "data.synthetic.countdown.operators", "data.synthetic.programs.kinds"]
+)
+def test_an_empty_list_of_a_tasks_operators_is_refused_at_config_time(key):
+    assert _refused(["check-config", "--no-inputs", "--set", f"{key}=[]"]) == [
+        f"error: invalid config: {key}: List should have at least 1 item after validation, not 0"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("words", "said"),
+    [
+        (["data.synthetic.max_digits=1", "data.synthetic.operators=[+]"],
+         "cannot draw 6000 distinct problems with digits 1-1 and operators ['+']: lower data.synthetic.num_problems, "
+         "or give the arithmetic task's knobs more room"),
+        (["data.synthetic.task=countdown", "data.synthetic.countdown.count=6", "data.synthetic.countdown.high=2"],
+         "cannot draw 6000 distinct Countdown problems of 6 numbers in [1, 2] with targets up to 999: lower "
+         "data.synthetic.num_problems, or give the countdown task's knobs more room"),
+        (["data.synthetic.task=countdown", "data.synthetic.countdown.max_target=1"],
+         "cannot draw 6000 distinct Countdown problems of 3 numbers in [1, 25] with targets up to 1: lower "
+         "data.synthetic.num_problems, or give the countdown task's knobs more room"),
+        (["data.synthetic.task=programs", "data.synthetic.programs.kinds=[abs]", "data.synthetic.programs.max_steps=1"],
+         "cannot draw 6000 distinct program problems of up to 1 steps with 4 examples on inputs 0..9: lower "
+         "data.synthetic.num_problems, or give the programs task's knobs more room"),
+    ],
+)  # fmt: skip
+def test_task_knobs_that_hold_too_few_problems_are_one_line_in_seconds(words, said):
+    import time
+
+    task = next((w.split("=")[1] for w in words if w.startswith("data.synthetic.task=")), "arithmetic")
+    model = {"arithmetic": "builtin:tiny"}.get(task, f"builtin:tiny-{task}")
+    start = time.process_time()
+    args = [a for w in [*words, f"model.name_or_path={model}"] for a in ("--set", w)]
+    assert _refused(["check-config", "--no-machine", *args]) == [f"error: data.synthetic: {said}"]
+    assert time.process_time() - start < 10  # the whole budget of draws took 14-38 s
+
+
+def test_the_draws_stop_only_when_the_rate_of_new_problems_cannot_reach_the_number_asked():
+    from essaflow.data.draws import WINDOW, draws
+
+    assert len(list(draws(10, lambda: 0))) == 2000  # under one window: the whole budget
+    assert len(list(draws(1000, lambda: 0))) == WINDOW  # none found in a window: out of reach at once
+    looks = iter(range(1, 100))
+    steady = list(draws(1000, lambda: next(looks) * 100))  # 100 new a window: 1,000 by the budget's end
+    assert len(steady) == 1000 * 200
