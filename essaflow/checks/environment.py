@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from essaflow.config_base import ConfigError
 from essaflow.environment import numeric_env_problems
 from essaflow.storage.cache_dir import cache_dir_problem
 from essaflow.storage.s3 import s3_env_problems
@@ -33,3 +34,11 @@ def environment_problems(cfg: Any | None = None, s3: bool | None = None) -> list
     if s3 if s3 is not None else (cfg is not None and uses_s3(cfg)):
         problems += s3_env_problems()
     return problems
+
+
+def require_environment(cfg: Any) -> None:
+    """ConfigError listing :func:`environment_problems` for `cfg`: what a run checks first, wherever it was started
+    (a deployment's run has no CLI preflight)."""
+    problems = environment_problems(cfg)
+    if problems:
+        raise ConfigError("; ".join(problems))

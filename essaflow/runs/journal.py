@@ -13,6 +13,7 @@ later flow run starts its own. Never imports prefect.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from dataclasses import dataclass, field
@@ -20,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from essaflow.storage.cache_dir import cache_root
+
+log = logging.getLogger(__name__)
 
 KEEP_S = 7 * 24 * 3600.0
 """A journal file left behind is removed when a later flow run starts and it is older than this (a week)."""
@@ -119,13 +122,19 @@ class Journal:
         self.path = self.root / f"{flow_run_id}.jsonl"
 
     def _append(self, event: dict[str, Any]) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
+        """One event, appended; a journal that cannot be written (ESSAFLOW_CACHE_DIR unwritable) is a warning, not a
+        failure of its own: the run's first task names the directory, and a failure hook must not fail on it."""
         line = (json.dumps(event) + "\n").encode()
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
-            os.write(fd, line)
-        finally:
-            os.close(fd)
+            self.root.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            try:
+                os.write(fd, line)
+            finally:
+                os.close(fd)
+        except OSError as err:
+            log.warning("stage journal %s not written (%s): set ESSAFLOW_CACHE_DIR to a writable directory",
+                        self.path, err.strerror or err)  # fmt: skip
 
     def plan(self, stages: int) -> None:
         """The flow reports `stages` stages; journals older than KEEP_S left by earlier flow runs are removed."""

@@ -116,6 +116,27 @@ def test_a_writable_cache_directory_is_made_when_missing(monkeypatch, tmp_path):
     assert cache_dir_problem() is None and (tmp_path / "new" / "cache").is_dir()
 
 
+def test_a_deployments_run_names_an_unwritable_cache_and_its_failure_hooks_do_not_fail(monkeypatch):
+    """No CLI preflight: the run's first task names the directory, and the hooks that journal the failure under it
+    only warn."""
+    from types import SimpleNamespace
+
+    from essaflow.config import load_config
+    from essaflow.runs import journal
+    from essaflow.runs.journal import Journal
+    from essaflow.runs.opening import FlowRun, open_pipeline_run
+    from tasks import failures
+
+    warned = []
+    monkeypatch.setattr(journal.log, "warning", lambda msg, *args: warned.append(msg % args))
+    monkeypatch.setenv("ESSAFLOW_CACHE_DIR", "/proc/nope")
+    with pytest.raises(ConfigError, match=r"^ESSAFLOW_CACHE_DIR='/proc/nope': cannot create or write there "):
+        open_pipeline_run(load_config(None, []), None, FlowRun(), Journal("flow-1"))
+    task_run = SimpleNamespace(flow_run_id="flow-1", id="t1", name="open_run", run_count=1)
+    failures.on_task_failure(None, task_run, SimpleNamespace(result=lambda: (_ for _ in ()).throw(ConfigError("x"))))
+    assert warned and warned[-1].startswith("stage journal /proc/nope/journal/flow-1.jsonl not written")
+
+
 ENDPOINT_FIX = "give http(s)://host[:port] of the S3 server (e.g. http://127.0.0.1:8333), or unset it for AWS S3"
 S3_CASES = {
     "endpoint-word": ({"ESSAFLOW_S3_ENDPOINT_URL": "garbage"},
