@@ -1,7 +1,8 @@
 """What a valid config does that its author may not have meant: said as `note:` lines, the config still runs.
 
 A section of the method that does not train (`grpo:` keys under `method: essa`) is read, validated and then
-ignored; F-GRPO's fsdp on one rank shards nothing. `essaflow check-config` and `essaflow run` print these on stderr.
+ignored; F-GRPO's fsdp on one rank shards nothing; an `eval.correct_threshold` of 0 or below counts every
+completion of a non-negative reward as correct. `essaflow check-config` and `essaflow run` print these on stderr.
 A compare config's task holds both methods' sections on purpose: it is not checked here.
 """
 
@@ -76,4 +77,10 @@ def config_notes(cfg: Any) -> list[str]:
             "note: grpo.sharding=fsdp with grpo.workers.count=1: one rank holds every shard, so fsdp saves no memory "
             "(the steps are ddp's); raise grpo.workers.count to shard the model, or use grpo.sharding=ddp"
         )
+    threshold = cfg.eval.correct_threshold
+    if threshold <= 0:
+        notes.append(f"note: eval.correct_threshold={threshold:g}: a completion counts as correct when its reward is "
+                     f"at least {threshold:g}, so with a reward that is never negative (every built-in one) every "
+                     "completion is correct and pass@k is 1; set it to what a right answer scores (1 for the "
+                     "built-in rewards)")  # fmt: skip
     return notes

@@ -48,14 +48,19 @@ class EvalConfig(StrictConfig):
     reward_digest: str | None = None
     """SHA-256 of the reward's source (the file that defines it), computed when the config is read (a value given
     is replaced): part of the protocol, so a changed reward re-scores the champion and misses every cache."""
-    correct_threshold: float = 1.0
+    correct_threshold: float = Field(1.0, allow_inf_nan=False)
     """A completion counts as correct (pass@k, greedy accuracy, F-GRPO's success rate) when its reward reaches
-    this; GRPO's advantages and ESSA's fitness use the reward itself (docs/rewards.md)."""
+    this; GRPO's advantages and ESSA's fitness use the reward itself (docs/rewards.md). A finite number: nan or inf
+    is refused. 0 or below is accepted, for a reward whose right answers score 0 or less (a penalty-only reward),
+    with a note from check-config and run: with a reward that is never negative, every completion is correct."""
     reward_errors: Literal["fail", "zero"] = "fail"
     """A reward call that raises or times out: fail the run naming the reward, problem and completion, or score 0
-    and count it (`reward_errors` in the results)."""
-    reward_timeout_s: float = Field(30.0, gt=0)
-    """Longest one call of a reward of yours may take (the built-in rewards bound themselves)."""
+    and count it (`reward_errors` in the results). Under zero, 3 calls in a row that time out or end the reward's
+    process fail the run all the same: a reward that cannot answer is not waited out on every completion."""
+    reward_timeout_s: float = Field(30.0, gt=0, le=3600, allow_inf_nan=False)
+    """Longest one call of a reward of yours may take, and its import (its file's top-level code, once in each of
+    the reward's processes); at most an hour. A call past it fails alone: its process is killed and replaced (the
+    built-in rewards run in this process and bound themselves); docs/rewards.md."""
     sandbox: SandboxConfig = SandboxConfig()
     """Where model-written code runs (the code_tests reward): bubblewrap, or `none` for trusted setups only
     (shown with every result it produced); docs/rewards.md."""

@@ -4,26 +4,30 @@
 - `fn(completion, problem)` (the second parameter named `problem`): the whole `Problem`, with `problem.fields`.
 - A batch reward (registered with `batch=True`, e.g. `code_tests`) takes the lists and returns a list.
 
-A reward returns a number, or a mapping of named components (format, correctness, ...) whose sum is the reward;
-their means are logged beside it. A completion is *correct* (pass@k, F-GRPO's success rate, greedy accuracy) when
-its reward reaches `eval.correct_threshold`; GRPO's advantages and ESSA's fitness use the reward itself
-(docs/rewards.md). A reward that raises fails the run naming the reward, the problem and the completion's start, or
-scores 0 and is counted (`eval.reward_errors: zero`); a call that runs over `eval.reward_timeout_s` counts as one
-that raised (its thread is abandoned: Python cannot stop it).
+A reward returns a finite number, or a mapping of named finite numbers (format, correctness, ...) whose sum is the
+reward; their means are logged beside it. A completion is *correct* (pass@k, F-GRPO's success rate, greedy
+accuracy) when its reward reaches `eval.correct_threshold`; GRPO's advantages and ESSA's fitness use the reward
+itself (docs/rewards.md).
+
+The built-in rewards run here (ours, bounded). A reward of your own runs in a small pool of processes of its own
+(reward_pool.py): its import and each call have a deadline (`eval.reward_timeout_s`), and a crash, `sys.exit`,
+`os._exit`, a hang, an output flood or a `KeyboardInterrupt` costs that call alone. A call that fails fails the
+batch at once naming the reward, the problem and the completion's start, or scores 0 and is counted
+(`eval.reward_errors: zero`); under zero, BREAKER calls in a row that time out or end the reward's process stop
+the batch all the same (a reward that cannot answer is not waited out completion after completion).
 """
 
 from __future__ import annotations
 
-import inspect
-import math
-import queue
-import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from essaflow.data.schema import Problem
+from essaflow.judging.reward_pool import Breaker, Failure, reward_pool
 from essaflow.judging.reward_ref import RewardRef, RewardRefError, load_reward_function, resolve_reward_ref
+from essaflow.judging.reward_worker import as_score, message, signature_error
+from essaflow.judging.reward_worker import takes_problem as takes_problem
 from essaflow.judging.rewards import AUTO_REWARD, resolve_reward
 
 if TYPE_CHECKING:
@@ -31,10 +35,25 @@ if TYPE_CHECKING:
     from essaflow.sandbox.config import SandboxConfig
 
 ErrorPolicy = Literal["fail", "zero"]
+#: eval.reward_errors: zero stops a batch after this many calls in a row that timed out or ended the reward's process
+BREAKER = 3
 
 
 class RewardError(RuntimeError):
-    """A reward raised, hung or returned something that is not a score."""
+    """A reward raised, hung, exited or returned something that is not a score.
+
+    kind: raised (an exception), value (not a finite number), exit (sys.exit, KeyboardInterrupt), output (printed
+    past the cap), timeout, ended (the reward's process ended: os._exit, a crash), broken (the breaker: calls in a
+    row that timed out or ended the process), import (the reward could not be loaded again)."""
+
+    def __init__(self, text: str, kind: str = "raised", detail: str = ""):
+        super().__init__(text)
+        self.kind = kind
+        self.detail = detail or text
+        """What the call did, without the reward's name and the problem (`Type: message`)."""
+
+    def __reduce__(self) -> tuple[Any, ...]:  # the kind survives pickling (Ray, Prefect's results)
+        return type(self), (str(self), self.kind, self.detail)
 
 
 @dataclass
@@ -60,21 +79,11 @@ class Scores:
         return {k: sum(v) / max(len(v), 1) for k, v in self.components.items()}
 
 
-def takes_problem(fn: Callable[..., Any]) -> bool:
-    """True when `fn`'s second parameter is named `problem` (it receives the Problem, not the reference text)."""
-    params = list(inspect.signature(fn).parameters.values())
-    return len(params) >= 2 and params[1].name == "problem"
-
-
 def check_signature(fn: Callable[..., Any], label: str) -> None:
     """RewardRefError unless `fn` can be called with two positional arguments."""
-    try:
-        inspect.signature(fn).bind("completion", "problem")
-    except TypeError as e:
-        raise RewardRefError(f"eval.reward {label!r}: {fn.__name__} must take (completion, problem) or "
-                             f"(completion, reference): {e}") from None  # fmt: skip
-    except ValueError:  # a builtin without a signature: trust it
-        pass
+    wrong = signature_error(fn)
+    if wrong:
+        raise RewardRefError(f"eval.reward {label!r}: {wrong}")
 
 
 class Judge:
@@ -85,15 +94,26 @@ class Judge:
         self.ref = resolve_reward_ref(ref) if isinstance(ref, str) else ref
         self.sandbox = sandbox
         """Where a batch reward that runs code (code_tests) runs it: eval.sandbox."""
-        self.fn = load_reward_function(self.ref)
-        check_signature(self.fn, self.ref.ref)
-        self.batch = self._is_batch()
-        self.with_problem = takes_problem(self.fn)
         self.threshold, self.errors, self.timeout_s = threshold, errors, timeout_s
+        self._breaker = Breaker(BREAKER if errors == "zero" else 0)
+        if self.ref.kind == "builtin":  # ours: trusted and bounded, called here
+            self.fn: Callable[..., Any] | None = load_reward_function(self.ref)
+            check_signature(self.fn, self.ref.ref)
+            self.batch = self._is_batch()
+            self.with_problem = takes_problem(self.fn)
+            self._pool = None
+        else:  # yours: loaded in its own processes, within the import deadline (RewardRefError when it cannot be)
+            self.fn = None
+            self._pool = reward_pool(self.ref, timeout_s or None)
+            self.batch = False
+            self.with_problem = self._pool.with_problem
+
+    @property
+    def isolated(self) -> bool:
+        """Whether the reward runs in processes of its own (a reward of yours) rather than in this one."""
+        return self._pool is not None
 
     def _is_batch(self) -> bool:
-        if self.ref.kind != "builtin":
-            return False
         from essaflow.judging.rewards import REWARDS
 
         return bool(REWARDS.meta(self.ref.function).get("batch"))
@@ -102,96 +122,98 @@ class Judge:
         """The reward of completion i against problem i."""
         if len(completions) != len(problems):
             raise ValueError(f"{len(completions)} completions for {len(problems)} problems")
+        if self._pool is not None:
+            return self._score_isolated(completions, problems)
         if self.batch:
             try:
                 raw: list[Any] = list(self.fn(list(completions), list(problems), self.sandbox))
             except ValueError as e:  # a problem the reward cannot judge (no tests field): name the reward
                 raise RewardError(f"reward {self.ref.ref!r}: {e}") from e
-            return self._collect(raw, [None] * len(raw), problems, completions)
-        args = [(c, p if self.with_problem else p.answer) for c, p in zip(completions, problems)]
-        if self.ref.kind == "builtin" or not self.timeout_s:  # ours: trusted and bounded
-            results = [_call(self.fn, a) for a in args]
-        else:
-            results = _call_all_with_timeout(self.fn, args, self.timeout_s)
-        return self._collect([r for r, _ in results], [e for _, e in results], problems, completions)
+            return self._collect([_scored(v) for v in raw], problems, completions)
+        seconds = [(p if self.with_problem else p.answer) for p in problems]
+        return self._collect([_call(self.fn, c, s) for c, s in zip(completions, seconds)], problems, completions)
+
+    def _score_isolated(self, completions: Sequence[str], problems: Sequence[Problem]) -> Scores:
+        refs: list[Any] = []
+        index: dict[int, int] = {}
+        calls = []
+        for c, p in zip(completions, problems):  # each problem (or reference) is sent once per request
+            j = index.get(id(p))
+            if j is None:
+                j = index[id(p)] = len(refs)
+                refs.append(p.model_dump(mode="json", exclude={"metadata"}) if self.with_problem else p.answer)
+            calls.append((c, j))
+        out = self._pool.call(refs, calls, self.timeout_s or None, self.errors == "fail", self._breaker)
+        if out.fatal is not None:
+            raise RewardError(f"reward {self.ref.ref!r}: {out.fatal}", "import")
+        tripped = self._breaker.tripped_at
+        if tripped is not None:
+            self._breaker.tripped_at = None
+            self._breaker.in_a_row = 0
+            failure = out.results[tripped]
+            raise RewardError(
+                f"reward {self.ref.ref!r}: {self._breaker.limit} calls in a row timed out or ended the reward's "
+                f"process, the last on problem {problems[tripped].id!r} ({failure.error}: {failure.message}); "
+                "eval.reward_errors: zero scores a failing call 0, but a reward that cannot answer is stopped "
+                "rather than waited out on every completion: fix the reward"
+                + (", or raise eval.reward_timeout_s if it is only slow" if failure.kind == "timeout" else ""),
+                failure.kind if failure.kind in ("timeout", "ended") else "broken",
+            )
+        if out.stopped:  # the first failure stopped the batch (eval.reward_errors: fail): it is the one reported
+            first = next(i for i, r in enumerate(out.results) if isinstance(r, Failure))
+            return self._collect(out.results[: first + 1], problems, completions)
+        return self._collect(out.results, problems, completions)
 
     def __call__(self, completion: str, problem: Problem) -> float:
         """One completion's reward."""
         return self.score([completion], [problem]).rewards[0]
 
-    def _collect(self, raw, errs, problems, completions) -> Scores:
+    def _collect(self, results: list[Any], problems, completions) -> Scores:
         out = Scores([], {}, 0, self.threshold)
-        for i, (value, err) in enumerate(zip(raw, errs)):
-            if err is None:
-                try:
-                    value, parts = _as_score(value)
-                except TypeError as e:
-                    err = e
-            if err is not None:
+        for i, result in enumerate(results):
+            if isinstance(result, Failure) or result is None:
+                failure = result or Failure("raised", "RuntimeError", "no result")
                 if self.errors == "fail":
-                    raise RewardError(self._describe(err, problems[i], completions[i])) from err
+                    raise RewardError(self._describe(failure, problems[i], completions[i]), failure.kind,
+                                      f"{failure.error}: {failure.message}")  # fmt: skip
                 value, parts, out.errors = 0.0, {}, out.errors + 1
+            elif isinstance(result, tuple):
+                value, parts = result
+            else:
+                value, parts = result, {}
             out.rewards.append(value)
             for name, v in parts.items():
-                out.components.setdefault(name, [0.0] * i).append(v)
+                col = out.components.get(name)
+                if col is None:  # not setdefault: its default would build i zeros on every call
+                    col = out.components[name] = [0.0] * i
+                col.append(v)
             for col in out.components.values():  # a component this call did not return counts 0
                 col.extend([0.0] * (i + 1 - len(col)))
         return out
 
-    def _describe(self, err: BaseException, problem: Problem, completion: str) -> str:
+    def _describe(self, failure: Failure, problem: Problem, completion: str) -> str:
         start = completion[:80] + ("..." if len(completion) > 80 else "")
-        return (f"reward {self.ref.ref!r} failed on problem {problem.id!r} ({type(err).__name__}: {err}); completion "
-                f"starts {start!r} (eval.reward_errors: zero scores such calls 0 and counts them)")  # fmt: skip
+        return (
+            f"reward {self.ref.ref!r} failed on problem {problem.id!r} ({failure.error}: {failure.message}); "
+            f"completion starts {start!r} (eval.reward_errors: zero scores such calls 0 and counts them)"
+        )
 
 
-def _as_score(value: Any) -> tuple[float, dict[str, float]]:
-    """(reward, components) of what a reward returned; TypeError for anything else, or a NaN."""
-    if isinstance(value, Mapping):
-        parts = {str(k): _number(v) for k, v in value.items()}
-        return sum(parts.values()), parts
-    return _number(value), {}
-
-
-def _number(v: Any) -> float:
-    if isinstance(v, bool | int | float) and not (isinstance(v, float) and math.isnan(v)):
-        return float(v)
+def _scored(value: Any) -> Any:
+    """What a built-in reward returned as a number, (number, components) or a Failure."""
     try:
-        import numpy as np
-
-        if isinstance(v, np.number) and not np.isnan(v):
-            return float(v)
-    except ImportError:  # pragma: no cover - numpy ships with every install
-        pass
-    raise TypeError(f"returned {v!r}: a reward returns a number or a mapping of named numbers")
+        reward, parts = as_score(value)
+    except (TypeError, ValueError) as e:
+        return Failure("value", type(e).__name__, str(e))
+    return reward if parts is None else (reward, parts)
 
 
-def _call(fn: Callable[..., Any], args: tuple[Any, Any]) -> tuple[Any, BaseException | None]:
+def _call(fn: Callable[..., Any], completion: str, second: Any) -> Any:
     try:
-        return fn(*args), None
+        value = fn(completion, second)
     except Exception as e:  # noqa: BLE001 - the policy decides (fail naming the problem, or zero)
-        return None, e
-
-
-def _calls_in_thread(fn, args: list[tuple[Any, Any]]) -> queue.Queue:
-    """Start a daemon thread calling `fn` on each pair in turn; its results arrive on the returned queue."""
-    done: queue.Queue = queue.Queue()
-    threading.Thread(target=lambda: [done.put(_call(fn, a)) for a in args], daemon=True).start()
-    return done
-
-
-def _call_all_with_timeout(fn, args: list[tuple[Any, Any]], timeout_s: float) -> list[tuple[Any, BaseException | None]]:
-    """Call `fn` on each argument pair in order, in a daemon thread watched call by call: a call over `timeout_s`
-    is an error, its thread abandoned and a fresh one goes on with the next."""
-    results: list[tuple[Any, BaseException | None]] = []
-    while len(results) < len(args):
-        done = _calls_in_thread(fn, args[len(results) :])
-        while len(results) < len(args):
-            try:
-                results.append(done.get(timeout=timeout_s))
-            except queue.Empty:
-                results.append((None, TimeoutError(f"no result within eval.reward_timeout_s={timeout_s:g} s")))
-                break  # the hung thread keeps the queue it was given; the next one starts after this call
-    return results
+        return Failure("raised", type(e).__name__, message(e))
+    return _scored(value)
 
 
 @dataclass(frozen=True)

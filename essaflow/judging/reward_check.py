@@ -7,7 +7,9 @@
    naming it.
 3. The first rows' reference answers, scored as completions, reach `eval.correct_threshold`: rows that do not are
    a warning naming them (a reward that rejects the reference answer is usually a bug, or an answer column in
-   another format than the completions).
+   another format than the completions); rows where it raises, too. A reward that gives no score at all (a value
+   that is no finite number, a timeout, `sys.exit`, `os._exit` or a crash, output past the cap) is one error at the
+   first row it does so: the next rows would only repeat it, each at the cost of a deadline.
 
 Data on the hub or in S3 is not read here (check-config stays offline): steps 2 and 3 then say they were skipped.
 """
@@ -78,7 +80,9 @@ def check_reward(eval_cfg: EvalConfig, data: DataConfig, rows: int = 20) -> Rewa
         out.problems.append(f"eval.reward {name}: reads problem.fields {missing}, which the data "
                             f"({data.path or data.source}) has no column for (its fields: {have})")  # fmt: skip
         return out
-    out.notes.extend(_score_references(judge, name, problems))
+    problem, notes = _score_references(judge, name, problems)
+    out.notes.extend(notes)
+    out.problems.extend([problem] if problem else [])
     return out
 
 
@@ -86,20 +90,24 @@ def _second(judge: Judge) -> str:
     return "problem" if judge.with_problem or judge.batch else "reference"
 
 
-def _score_references(judge: Judge, name: str, problems: list[Problem]) -> list[str]:
-    """A note that the first reference answers reach the threshold, or a warning naming the rows that do not."""
+def _score_references(judge: Judge, name: str, problems: list[Problem]) -> tuple[str | None, list[str]]:
+    """(an error, notes): the error when the reward gives no score at all on a reference (step 3); a note that the
+    first reference answers reach the threshold, or a warning naming the rows that do not."""
     low: list[str] = []
     for i, p in enumerate(problems):
         try:
             reward = judge.score([p.answer], [p]).rewards[0]
         except RewardError as e:
+            if e.kind != "raised":  # no score at all: every row would say the same, each after a deadline
+                return (f"eval.reward {name}: no score for row {i} (id {p.id!r}), its reference answer judged as a "
+                        f"completion: {e.detail}"), []  # fmt: skip
             low.append(f"row {i} (id {p.id!r}): raised: {str(e)[:160]}")
             continue
         if reward < judge.threshold:
             low.append(f"row {i} (id {p.id!r}): {reward:g}")
     if not low:
-        return [f"eval.reward {name}: the first {len(problems)} reference answers all reach eval.correct_threshold="
-                f"{judge.threshold:g}"]  # fmt: skip
+        return None, [f"eval.reward {name}: the first {len(problems)} reference answers all reach "
+                      f"eval.correct_threshold={judge.threshold:g}"]  # fmt: skip
     shown = "; ".join(low[:10]) + (f"; ... {len(low) - 10} more" if len(low) > 10 else "")
-    return [f"warning: eval.reward {name}: {len(low)} of the first {len(problems)} reference answers score below "
-            f"eval.correct_threshold={judge.threshold:g} when judged as completions: {shown}"]  # fmt: skip
+    return None, [f"warning: eval.reward {name}: {len(low)} of the first {len(problems)} reference answers score "
+                  f"below eval.correct_threshold={judge.threshold:g} when judged as completions: {shown}"]  # fmt: skip

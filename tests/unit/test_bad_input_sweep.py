@@ -186,6 +186,14 @@ WRITTEN = {
     "tracking-password-masked": (["tracking_uri=http://alice:hunter2@:5000"], "tracking_uri: "
                                  "'http://alice:***@:5000' names no host; use http://host:port (an MLflow server) "
                                  "or sqlite:///path.db"),
+    "eval-threshold-nan": (["eval.correct_threshold=.nan"], "eval.correct_threshold: Input should be a finite "
+                           "number"),
+    "eval-threshold-nan-word": (["eval.correct_threshold=nan"], "eval.correct_threshold: Input should be a finite "
+                                "number"),
+    "eval-reward-timeout-inf": (["eval.reward_timeout_s=.inf"], "eval.reward_timeout_s: Input should be a finite "
+                                "number"),
+    "eval-reward-timeout-huge": (["eval.reward_timeout_s=1e12"], "eval.reward_timeout_s: Input should be less than "
+                                 "or equal to 3600"),
     "eval-ks-empty": (["eval.ks=[]"], "eval: ks is empty: list the k of pass@k to report, e.g. [1] or [1, 4, 16]"),
     "eval-ks-zero": (["eval.ks=[0, 1]"], "eval: ks [0] must be between 1 and samples_per_problem=16"),
     "eval-ks-over-n": (["eval.ks=[32]"], "eval: ks [32] must be between 1 and samples_per_problem=16"),

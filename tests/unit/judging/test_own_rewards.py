@@ -156,3 +156,20 @@ def test_code_tests_runs_the_completion_against_the_problem_tests_in_the_sandbox
     no_tests = Problem(id="n", prompt="p", answer="")
     with pytest.raises(RewardError, match=r"code_tests.*missing for \['n'\]"):
         judge.score([honest], [no_tests])
+
+
+@pytest.mark.parametrize("threshold", ["0", "-1"])
+def test_a_threshold_of_zero_or_below_is_accepted_with_a_note(threshold):
+    from essaflow.checks.notes import config_notes
+
+    notes = config_notes(load_config(None, [f"eval.correct_threshold={threshold}"]))
+    assert any(n.startswith(f"note: eval.correct_threshold={threshold}: ") and "every completion is correct" in n
+               for n in notes), notes  # fmt: skip
+    assert not any("correct_threshold" in n for n in config_notes(load_config(None, [])))
+
+
+@pytest.mark.parametrize("words", ["eval.correct_threshold=.nan", "eval.reward_timeout_s=.inf",
+                                   "eval.reward_timeout_s=1e12"])  # fmt: skip
+def test_a_threshold_or_timeout_that_is_no_usable_number_is_refused_naming_the_field(words):
+    with pytest.raises(ConfigError, match=f"{words.split('=')[0]}: Input should be"):
+        load_config(None, [words])
