@@ -14,13 +14,15 @@ from prefect.tasks import exponential_backoff
 from essaflow.config import ConfigError
 from essaflow.data import DataError
 from essaflow.environment import env_number
+from essaflow.judging.judge import RewardError
 from essaflow.storage import StorageError
 from essaflow.tracking import TrackingError
 from tasks import failures
 
 PERMANENT_STORAGE = {"missing_bucket", "missing_object", "credentials", "invalid", "conflict", "refused"}
-#: the input itself is wrong (a bad config, a malformed dataset, a missing file): a resume fails alike
-BAD_INPUT = (ConfigError, DataError, FileNotFoundError)
+#: the input itself is wrong (a bad config, a malformed dataset, a missing file, a reward of yours that raises, hangs
+#: or returns no finite number): a resume fails alike
+BAD_INPUT = (ConfigError, DataError, FileNotFoundError, RewardError)
 #: raised the same way by every attempt: a retry cannot help
 PERMANENT = (*BAD_INPUT, TrackingError, ImportError)
 

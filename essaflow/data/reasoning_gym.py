@@ -80,7 +80,7 @@ def _problem(name: str, config: dict[str, Any], index: int, entry: dict[str, Any
     )
 
 
-def extract_answer(completion: str) -> list[str]:
+def answer_candidates(completion: str) -> list[str]:
     """The answers a completion gives, in the order tried (docs/rewards.md, "reasoning_gym"):
 
     - with an `<answer>...</answer>` tag (reasoning-gym's own format): the last tag's content, and nothing else;
@@ -104,7 +104,7 @@ def _verifier(name: str, config_json: str):
 
 
 def score(completion: str, fields: dict[str, Any]) -> float:
-    """The task's own graded score of the completion's answer: the best over `extract_answer`'s candidates."""
+    """The task's own graded score of the completion's answer: the best over `answer_candidates`'s candidates."""
     verifier = _verifier(fields["rg_task"], json.dumps(fields.get("rg_config") or {}, sort_keys=True))
     entry = fields["rg_entry"]
-    return max((float(verifier.score_answer(answer=a, entry=entry)) for a in extract_answer(completion)), default=0.0)
+    return max((float(verifier.score_answer(answer=a, entry=entry)) for a in answer_candidates(completion)), default=0.0)

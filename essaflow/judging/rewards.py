@@ -124,7 +124,7 @@ def countdown(completion: str, problem: Problem) -> float:
 def reasoning_gym(completion: str, problem: Problem) -> float:
     """reasoning-gym: the task's own `score_answer` (graded, 0 to 1) of the completion's answer: an
     `<answer>...</answer>` tag's content when there is one, else the best of its last line and its last number
-    (essaflow.data.reasoning_gym.extract_answer; docs/rewards.md). Correct at eval.correct_threshold."""
+    (essaflow.data.reasoning_gym.answer_candidates; docs/rewards.md). Correct at eval.correct_threshold."""
     from essaflow.data.reasoning_gym import score
 
     if not isinstance(problem.fields.get("rg_task"), str) or not isinstance(problem.fields.get("rg_entry"), dict):

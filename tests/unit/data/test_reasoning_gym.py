@@ -8,7 +8,7 @@ from essaflow.config import load_config
 from essaflow.data.config import ReasoningGymConfig
 from essaflow.data.errors import DataError
 from essaflow.data.prepare import prepare_splits
-from essaflow.data.reasoning_gym import extract_answer, reasoning_gym_problems
+from essaflow.data.reasoning_gym import answer_candidates, reasoning_gym_problems
 from essaflow.judging.judge import judge_for
 
 SUMS = {"name": "chain_sum", "config": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2}}
@@ -65,9 +65,9 @@ def test_an_unknown_task_or_config_key_names_the_field():
 
 
 def test_the_answer_is_the_tag_else_the_last_line_or_the_last_number():
-    assert extract_answer("think <answer>1</answer> then <answer> 42 </answer> 7") == ["42"]
-    assert extract_answer("6 + 10 is 16.\nSo it is 16.") == ["So it is 16", "16"]
-    assert extract_answer("") == []
+    assert answer_candidates("think <answer>1</answer> then <answer> 42 </answer> 7") == ["42"]
+    assert answer_candidates("6 + 10 is 16.\nSo it is 16.") == ["So it is 16", "16"]
+    assert answer_candidates("") == []
 
 
 def test_the_reward_is_the_tasks_verifier_under_the_threshold():
