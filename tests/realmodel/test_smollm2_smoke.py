@@ -102,3 +102,26 @@ def test_one_essa_generation_of_population_4(start, tmp_path):
     cfg = smoke_config("method=essa")
     result = train_essa(cfg, splits, adapter, tmp_path / "out")
     assert result.steps == 1 and (result.output_dir / "adapter_model.safetensors").exists()
+
+
+def test_essaflow_eval_base_on_humaneval(tmp_path):
+    """`essaflow eval --base` through the CLI, Prefect's temporary server and a local MLflow store: pass@1 and
+    pass@2 of the base model on 2 HumanEval problems, judged in the sandbox."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    keep = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MLFLOW_", "AWS_", "RAY_"))}
+    overrides = ["data.eval_size=2", "eval.samples_per_problem=2", "eval.ks=[1,2]", "sampling.max_new_tokens=32"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "cli.main", "eval", "--base", "-c", str(repo / "configs/smollm2-humaneval.yaml"),
+         *[a for o in overrides for a in ("--set", o)]],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600,
+        env={**keep, "PYTHONPATH": str(repo), "PREFECT_HOME": str(tmp_path / "prefect-home")},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert line["model"] == SMOLLM2 and set(line["pass_at_k"]) >= {"greedy", "pass@1", "pass@2"}
+    assert line["judged_with"]["reward"] == "code_tests" and line["judged_with"]["sandbox"] == "bubblewrap"
