@@ -151,11 +151,12 @@ class PipelineConfig(StrictConfig):
 
     @model_validator(mode="after")
     def _trains_on_a_training_source(self) -> PipelineConfig:
-        if self.method != "none" and self.data.source in EVALUATION_SOURCES:
+        training = self.method if self.method != "none" else "SFT" if self.sft.trains else None
+        if training and self.data.source in EVALUATION_SOURCES:
             raise ValueError(
                 f"data.source={self.data.source} is an evaluation set (every problem held out), nothing to train "
-                f"{self.method} on: evaluate with `essaflow eval --base -c ...` or `essaflow eval models:/NAME@ALIAS "
-                "-c ...`, and train on another source"
+                f"{training} on: evaluate with `essaflow eval --base -c ...` or `essaflow eval models:/NAME@ALIAS "
+                "-c ...` (method: none, sft.enabled: false), and train on another source"
             )
         return self
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prefect import flow
 
-from essaflow.config import PipelineConfig
+from essaflow.config import ModelConfig, PipelineConfig, SFTConfig
 from essaflow.refs import EvalRef
 from flows.parameters import EvaluateParams, without_uri_passwords
 from tasks.data import prepare_dataset
@@ -27,6 +27,8 @@ def evaluate_model(params: EvaluateParams = EvaluateParams()) -> EvalRef:
     config = PipelineConfig(
         name=params.model_name,
         method="none",
+        model=params.base_model or ModelConfig(),  # the run records (and its preflight checks) the model evaluated
+        sft=SFTConfig(enabled=False),  # an evaluation trains nothing
         data=params.data,
         eval=params.eval,
         sampling=params.sampling,

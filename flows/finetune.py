@@ -19,7 +19,7 @@ from essaflow.refs import PipelineResult
 from flows.parameters import ESSAPipelineConfig, FGRPOPipelineConfig, without_uri_passwords
 from tasks.champion import evaluate_champion
 from tasks.data import prepare_dataset, record_dataset
-from tasks.evaluation import evaluate_pass_at_k, evaluate_start_point
+from tasks.evaluation import evaluate_pass_at_k, evaluate_start_point, evaluate_tuned_adapter
 from tasks.inputs import check_run_inputs, skip_run
 from tasks.model import build_base_model
 from tasks.register import register
@@ -60,7 +60,7 @@ def finetune(
     # SFT's part apart from the method's: the start under the same protocol (the base's report when untrained)
     start = evaluate_start_point(config.data, config.model, config.sampling, config.eval, dataset, sft, before, run)
     tuned = train_adapter(config, dataset, sft, run)  # the trainers take the pipeline config (method_trajectory's)
-    after = evaluate_pass_at_k(config.data, config.model, config.sampling, config.eval, dataset, tuned, "tuned", run)
+    after = evaluate_tuned_adapter(config.data, config.model, config.sampling, config.eval, dataset, tuned, start, run)
     # the gate's baseline: the champion on these problems under this protocol (its stored counts when they match)
     champion = evaluate_champion(config.registry, config.eval, config.sampling, dataset, run)
     model = register(config, dataset, base, tuned, before, after, champion, run)

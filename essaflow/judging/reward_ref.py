@@ -73,8 +73,9 @@ def resolve_reward_ref(ref: str) -> RewardRef:
     if kind == "builtin":
         from essaflow.judging.rewards import REWARDS
 
-        fn = REWARDS.get(ref)
-        return RewardRef(ref, kind, ref, inspect.getsource(inspect.unwrap(fn)), "essaflow")
+        fn, judged_by = REWARDS.get(ref), REWARDS.meta(ref).get("judged_by")  # what else decides its scores
+        source = inspect.getsource(inspect.unwrap(fn)) + (judged_by() if judged_by else "")
+        return RewardRef(ref, kind, ref, source, "essaflow")
     path = Path(where) if kind == "file" else _module_file(where, ref)
     try:
         source = path.read_text()

@@ -6,6 +6,7 @@ your own is named by file or module instead (essaflow.judging.reward_ref; docs/r
 
 from __future__ import annotations
 
+import inspect
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -120,7 +121,21 @@ def countdown(completion: str, problem: Problem) -> float:
     return float(verify(completion, numbers, target))
 
 
-@register_reward("reasoning_gym", fields=("rg_task", "rg_entry"))
+def _reasoning_gym_judged_by() -> str:
+    """What besides the wrapper decides a reasoning_gym score: our answer reading and reasoning-gym's version (its
+    verifiers), so a change to either is a changed protocol (the digest)."""
+    import importlib.metadata
+
+    import essaflow.data.reasoning_gym as reading
+
+    try:
+        version = importlib.metadata.version("reasoning-gym")
+    except importlib.metadata.PackageNotFoundError:
+        version = "not installed"
+    return f"\n# reasoning-gym {version}\n" + inspect.getsource(reading)
+
+
+@register_reward("reasoning_gym", fields=("rg_task", "rg_entry"), judged_by=_reasoning_gym_judged_by)
 def reasoning_gym(completion: str, problem: Problem) -> float:
     """reasoning-gym: the task's own `score_answer` (graded, 0 to 1) of the completion's answer: an
     `<answer>...</answer>` tag's content when there is one, else the best of its last line and its last number

@@ -78,6 +78,23 @@ def evaluate_start(
     return evaluate_on_eval_split(data, model, sampling, eval_cfg, dataset, start, "sft_start", run)
 
 
+def evaluate_tuned(
+    data: DataConfig, model: ModelConfig, sampling: SamplingConfig, eval_cfg: EvalConfig, dataset: DatasetRef,
+    tuned: AdapterRef, start: EvalRef, run: RunRef,
+) -> EvalRef:  # fmt: skip
+    """pass@k of the tuned adapter. Method none's result is the start itself (the same bytes, the same protocol and
+    seed): its report is published and logged again as the tuned one instead of being computed twice."""
+    if tuned.kind != "none" or start.reused:
+        return evaluate_on_eval_split(data, model, sampling, eval_cfg, dataset, tuned, "tuned", run)
+    timer = Timer()
+    with timer.part("storage"):
+        report = read_eval_report(start)
+        ref = publish_eval(open_store(run.storage_uri), run, "tuned", report, protocol_record(eval_cfg, sampling))
+    with timer.part("tracking"):
+        tracking.log_eval(tracking.tracked(run), "tuned", report)
+    return ref.model_copy(update={"stage": "evaluate-tuned", "timings": timer.timings()})
+
+
 def evaluate_alias(
     model_name: str, alias: str, dataset: DatasetRef, eval_cfg: EvalConfig, sampling: SamplingConfig, run: RunRef
 ) -> EvalRef:

@@ -68,8 +68,9 @@ def log_adapter_model(
     from essaflow.model.gguf import gguf_file, is_gguf_name
 
     artifacts = {"adapter": str(adapter_dir)}
-    if is_gguf_name(model_cfg.name_or_path):
-        artifacts["base_gguf"] = str(gguf_file(model_cfg.name_or_path))
+    gguf = gguf_file(model_cfg.name_or_path) if is_gguf_name(model_cfg.name_or_path) else None
+    if gguf is not None and gguf.stat().st_size <= EMBED_BASE_MAX_BYTES:  # larger: named, with its digest tag
+        artifacts["base_gguf"] = str(gguf)
     elif base_dir and Path(base_dir).is_dir() and _dir_bytes(Path(base_dir)) <= EMBED_BASE_MAX_BYTES:
         artifacts["base"] = str(base_dir)
     model_config = {

@@ -18,6 +18,7 @@ import torch
 from peft import PeftModel
 from transformers import PreTrainedTokenizerBase
 
+from essaflow.data.errors import DataError
 from essaflow.data.schema import Problem
 from essaflow.generation.prompt_format import PromptFormat, prompt_ids, target_ids
 from essaflow.generation.sampling import model_stop_ids
@@ -47,7 +48,7 @@ def train_sft(
     fmt: how prompts are rendered (data.prompt_format()); None = the defaults (the tokenizer's chat template
     when it has one, no system prompt)."""
     if not problems:
-        raise ValueError("SFT split is empty: raise data.sft_fraction or supply more problems")
+        raise DataError("SFT split is empty: raise data.sft_fraction or supply more problems")
     fmt = fmt or PromptFormat()
     stop = model_stop_ids(model, tokenizer)
     with_solution = sum(p.solution is not None for p in problems)

@@ -111,3 +111,20 @@ def test_a_skipped_run_page_names_the_reason_and_the_inputs():
     page = skipped_markdown(finished().run, checked, checked.skip_reason or "")
     assert page.startswith("# Skipped `tiny`: nothing new") and "nothing new since run r0." in page
     assert "- base: `b`" in page
+
+
+def test_the_sft_start_is_reported_apart_from_what_the_method_added():
+    done = finished()
+    start = EvalRef(uri="file:///s/eval/sft_start", label="sft_start", summary={"greedy": 0.375, "pass@1": 0.3},
+                    num_problems=8, samples_per_problem=4, stage="evaluate-sft_start",
+                    timings={"compute": 1.0})  # fmt: skip
+    done = FinishedRun(*[getattr(done, f) for f in ("run", "dataset", "base", "sft", "adapter", "before", "after",
+                                                    "model")], start)  # fmt: skip
+    rows = passk_rows(done.before, done.after, done.start)
+    assert rows[0] == {"metric": "greedy", "before": 0.25, "after": 0.5, "delta": 0.25, "sft_start": 0.375,
+                       "sft_delta": 0.125, "method_delta": 0.125}  # fmt: skip
+    page = summary_markdown(done)
+    assert "| metric | base | SFT start | tuned | SFT part | method part |" in page
+    assert "| greedy | 0.25 | 0.375 | 0.5 | +0.125 | +0.125 |" in page
+    result = pipeline_result(done, FlowRecord(stages={}), now=130.0)
+    assert result.sft_start == {"greedy": 0.375, "pass@1": 0.3} and result.parts["compute"] >= 1.0
