@@ -101,6 +101,7 @@ def run_training_job(cfg: PipelineConfig) -> dict[str, Any]:
     return {
         "method": label,
         "engine": resolve_backend(cfg.sampling.backend),  # what generated: evaluation, ESSA scoring, GRPO rollouts
+        "judged_with": cfg.eval.judged_with(),  # the reward (a name or your function), its digest, the threshold
         **method_tags(cfg.method, cfg.essa, cfg.grpo),
         "before": _headline(before),
         "after": _headline(after),

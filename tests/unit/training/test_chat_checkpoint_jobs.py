@@ -36,6 +36,7 @@ def test_both_jobs_run_on_a_chat_checkpoint_and_report_truncation(method, qwen_t
     shares = out["truncated_share"]
     print(method, "truncated shares", shares)
     assert out["steps"] == 2 and set(out["after"]) >= {"greedy", "pass@1"}
+    assert out["judged_with"]["reward"] == cfg.eval.reward and out["judged_with"]["reward_digest"]  # how it was judged
     assert shares["before"] == 1.0 and shares["after"] == 1.0
     assert shares["rollouts"] == (None if method == "essa" else 1.0)  # ESSA samples no rollouts
     memory = out["training"]["memory_per_rank"]  # a LoRA replica: the whole model, the adapter's grads and moments
