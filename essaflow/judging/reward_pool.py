@@ -96,7 +96,8 @@ class RewardProcess:
         self.status = "running"
         """How the process ended, once it did (exit status, signal)."""
         self._started = time.monotonic()
-        spec = {"source": ref.source, "digest": ref.digest, "origin": ref.origin, "function": ref.function}
+        spec = {"source": ref.source, "digest": ref.digest, "origin": ref.origin, "function": ref.function,
+                "package": ref.package}  # fmt: skip
         with contextlib.suppress(_Lost):  # it ended already: loaded() says how
             self._write({"load": spec}, self._started + STARTUP_S)
 

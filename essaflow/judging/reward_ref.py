@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
-import sys
 import threading
-import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from essaflow.judging.reward_worker import define_module, function_error, import_hint
 from essaflow.storage.sha256 import sha256_bytes
 
 Kind = Literal["builtin", "file", "module"]
@@ -46,6 +45,15 @@ class RewardRef:
     def digest(self) -> str:
         """SHA-256 of the source text: what the protocol records."""
         return sha256_bytes(self.source.encode())
+
+    @property
+    def package(self) -> str | None:
+        """The package a module reward's relative imports resolve against (a package's `__init__`: itself; a
+        top-level module: ''); None for a file or a builtin."""
+        if self.kind != "module":
+            return None
+        module = split_ref(self.ref)[1]
+        return module if Path(self.origin).name == "__init__.py" else module.rpartition(".")[0]
 
 
 def split_ref(ref: str) -> tuple[Kind, str, str]:
@@ -91,8 +99,12 @@ def _module_file(module: str, ref: str) -> Path:
         spec = importlib.util.find_spec(module)
     except (ImportError, ValueError) as e:
         raise RewardRefError(f"eval.reward {ref!r}: cannot find module {module!r}: {e}") from None
-    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
-        raise RewardRefError(f"eval.reward {ref!r}: no Python source for module {module!r} on sys.path")
+    if spec is None:
+        raise RewardRefError(f"eval.reward {ref!r}: no module {module!r} on sys.path")
+    if not spec.origin or not spec.origin.endswith(".py"):
+        raise RewardRefError(f"eval.reward {ref!r}: no Python source for module {module!r} ({spec.origin or 'none'}:"
+                             " built in or compiled); a reward is defined from its source: call it from a function "
+                             "of a file of yours")  # fmt: skip
     return Path(spec.origin)
 
 
@@ -114,21 +126,19 @@ def load_reward_function(ref: RewardRef) -> Callable[..., Any]:
 
 
 def _define(ref: RewardRef) -> Callable[..., Any]:
-    name = f"essaflow_reward_{ref.digest[:16]}"
-    module = types.ModuleType(name)
-    module.__file__ = ref.origin
-    sys.modules[name] = module  # dataclasses and pickling look their module up by name
     try:
-        exec(compile(ref.source, ref.origin, "exec"), module.__dict__)
+        module = define_module(ref.source, ref.origin, ref.digest, ref.package)
     except SyntaxError as e:
         raise RewardRefError(
             f"eval.reward {ref.ref!r}: syntax error in {ref.origin}, line {e.lineno}: {e.msg}"
         ) from None
     except Exception as e:
-        raise RewardRefError(f"eval.reward {ref.ref!r}: importing {ref.origin} raised {type(e).__name__}: {e}") from e
+        hint = import_hint(e, ref.origin, ref.package)
+        raise RewardRefError(
+            f"eval.reward {ref.ref!r}: importing {ref.origin} raised {type(e).__name__}: {e}{hint}"
+        ) from e
     fn = getattr(module, ref.function, None)
-    if not callable(fn):
-        defined = sorted(k for k, v in vars(module).items() if inspect.isfunction(v) and not k.startswith("_"))
-        raise RewardRefError(f"eval.reward {ref.ref!r}: {ref.origin} defines no function {ref.function!r} "
-                             f"(functions there: {defined})")  # fmt: skip
+    wrong = function_error(fn, module, ref.origin, ref.function)
+    if wrong:
+        raise RewardRefError(f"eval.reward {ref.ref!r}: {wrong}")
     return fn

@@ -114,6 +114,18 @@ def takes_problem(fn: Callable[..., Any]) -> bool:
     return len(params) >= 2 and params[1].name == "problem"
 
 
+def function_error(fn: Any, module: types.ModuleType, origin: str, function: str) -> str | None:
+    """Why `fn`, looked up as `function` in the module run from `origin`, is no reward defined there (None: it is)."""
+    if not callable(fn):
+        defined = sorted(k for k, v in vars(module).items() if inspect.isfunction(v) and not k.startswith("_"))
+        return f"{origin} defines no function {function!r} (functions there: {defined})"
+    owner = imported_from(fn, module)
+    if owner:
+        return (f"{origin} imports {function} from {owner} rather than defining it, and eval.reward_digest covers "
+                f"{origin}'s text only: name the module that defines it ({owner}:{fn.__name__})")  # fmt: skip
+    return None
+
+
 def signature_error(fn: Callable[..., Any]) -> str | None:
     """Why `fn` cannot be called with two positional arguments, or None."""
     try:
@@ -123,6 +135,49 @@ def signature_error(fn: Callable[..., Any]) -> str | None:
     except ValueError:  # a builtin without a signature: trust it
         pass
     return None
+
+
+def define_module(source: str, origin: str, digest: str, package: str | None) -> types.ModuleType:
+    """A fresh module (`essaflow_reward_<digest>`, registered in sys.modules) run from `source`: whatever its
+    top-level code raises propagates. `package`: the installed package a module reward (`package.module:fn`)
+    belongs to, so that its relative imports (`from .util import x`) import from that package; None for a file
+    reward, whose text stands alone."""
+    module = types.ModuleType(f"essaflow_reward_{digest[:16]}")
+    module.__file__ = origin
+    if package is not None:
+        module.__package__ = package
+    sys.modules[module.__name__] = module  # dataclasses and pickling look their module up by name
+    exec(compile(source, origin, "exec"), module.__dict__)
+    return module
+
+
+def import_hint(err: BaseException, origin: str, package: str | None) -> str:
+    """What to do about `err`, raised by a reward file's top-level code, when it is an import the file cannot make
+    because it is defined from its own text ('' otherwise): a sibling module, or a relative import."""
+    if package is not None or not isinstance(err, ImportError):
+        return ""
+    folder = os.path.dirname(origin)
+    top = (getattr(err, "name", None) or "").partition(".")[0]
+    sibling = top and (os.path.isfile(os.path.join(folder, f"{top}.py")) or os.path.isdir(os.path.join(folder, top)))
+    if isinstance(err, ModuleNotFoundError) and sibling:
+        return (f" ({top} is beside it: a reward file is defined from its own text alone, the text "
+                "eval.reward_digest covers and the reward's processes and Ray workers receive, so it cannot import "
+                f"its sibling files: copy what it needs from {top} into it, or make the folder an installed package "
+                "and name the reward package.module:function)")  # fmt: skip
+    if "no known parent package" in str(err):
+        return (" (a reward file is defined from its own text, outside any package: import absolutely, or name the "
+                "reward package.module:function when it is a module of an installed package)")  # fmt: skip
+    return ""
+
+
+def imported_from(fn: Any, module: types.ModuleType) -> str | None:
+    """The module a reward function of `module` was defined in when that is another one: a function its source
+    imports (`from pkg.impl import score`) rather than defines, whose code eval.reward_digest would not cover.
+    None for a function the source defines, wraps (functools.wraps) or makes by a call (a factory's closure)."""
+    owner = getattr(fn, "__module__", None)
+    if not inspect.isfunction(fn) or owner in (None, module.__name__) or "<locals>" in fn.__qualname__:
+        return None
+    return owner
 
 
 # ----------------------------------------------------------------------------------------------- the process
@@ -193,23 +248,19 @@ class _Worker:
         source, origin, function = spec["source"], spec["origin"], spec["function"]
         if hashlib.sha256(source.encode()).hexdigest() != spec["digest"]:
             return {"error": f"the source sent for {origin} does not match its digest {spec['digest'][:12]}"}
-        module = types.ModuleType(f"essaflow_reward_{spec['digest'][:16]}")
-        module.__file__ = origin
-        sys.modules[module.__name__] = module  # dataclasses and pickling look their module up by name
+        package = spec.get("package")
         self.out.count = 0
         try:
-            exec(compile(source, origin, "exec"), module.__dict__)
+            module = define_module(source, origin, spec["digest"], package)
         except SyntaxError as e:
             return self._said({"error": f"syntax error in {origin}, line {e.lineno}: {e.msg}"})
         except OutputOverCap as e:
             return self._said({"error": f"importing {origin} {e}"})
         except BaseException as e:  # noqa: BLE001 - sys.exit and KeyboardInterrupt at its top level too
-            return self._said({"error": f"importing {origin} raised {type(e).__name__}: {message(e)}"})
+            hint = import_hint(e, origin, package)
+            return self._said({"error": f"importing {origin} raised {type(e).__name__}: {message(e)}{hint}"})
         fn = getattr(module, function, None)
-        if not callable(fn):
-            defined = sorted(k for k, v in vars(module).items() if inspect.isfunction(v) and not k.startswith("_"))
-            return self._said({"error": f"{origin} defines no function {function!r} (functions there: {defined})"})
-        wrong = signature_error(fn)
+        wrong = function_error(fn, module, origin, function) or signature_error(fn)
         if wrong:
             return self._said({"error": wrong})
         self.fn, self.with_problem = fn, takes_problem(fn)

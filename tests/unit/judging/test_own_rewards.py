@@ -15,7 +15,7 @@ from essaflow.config_base import ConfigError
 from essaflow.data.schema import Problem
 from essaflow.judging.config import EvalConfig
 from essaflow.judging.judge import Judge, RewardError, judge_for, judge_spec
-from essaflow.judging.reward_ref import RewardRefError, resolve_reward_ref
+from essaflow.judging.reward_ref import RewardRefError, load_reward_function, resolve_reward_ref
 
 REPO = Path(__file__).resolve().parents[3]
 P = [
@@ -62,6 +62,54 @@ def test_a_module_reward_is_read_by_its_source(tmp_path, monkeypatch):
     assert cfg.reward_digest == resolve_reward_ref("task_rewards_mod:first_digit").digest
     assert judge_for(cfg).score(["55", "7"], P).rewards == [1.0, 0.0]
     assert "task_rewards_mod" not in sys.modules  # defined from its source, not imported
+
+
+def test_a_module_reward_of_a_package_imports_its_siblings_relatively(tmp_path, monkeypatch):
+    pkg = tmp_path / "own_task_pkg"
+    pkg.mkdir()
+    write(pkg, "", "__init__.py")
+    write(pkg, "def clean(text):\n    return text.strip()\n", "util.py")
+    write(pkg, "from .util import clean\n\ndef score(completion, reference):\n"
+               "    return float(clean(completion) == reference)\n", "rewards.py")  # fmt: skip
+    write(pkg, "from .rewards import score\n\ndef whole(completion, reference):\n    return 1.0\n", "__init__.py")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = EvalConfig(reward="own_task_pkg.rewards:score")
+    assert cfg.reward_digest == resolve_reward_ref(cfg.reward).digest  # the module's own text
+    assert judge_for(cfg).score([" 5 ", "6"], P).rewards == [1.0, 0.0]
+    assert load_reward_function(resolve_reward_ref(cfg.reward))(" 5", "5") == 1.0  # in-process, as a worker does
+    assert judge_for(EvalConfig(reward="own_task_pkg:whole")).score(["x"], P[:1]).rewards == [1.0]  # __init__'s
+    with pytest.raises(RewardRefError, match=r"__init__.py imports score from own_task_pkg.rewards rather than "
+                                             r"defining it.*name the module that defines it "
+                                             r"\(own_task_pkg.rewards:score\)"):  # fmt: skip
+        judge_for(EvalConfig(reward="own_task_pkg:score"))
+
+
+def test_a_stdlib_function_is_defined_in_its_package_and_its_signature_judged():
+    with pytest.raises(RewardRefError, match=r"'json:loads': loads must take \(completion, problem\)"):
+        judge_for(EvalConfig(reward="json:loads"))
+    compiled = r"no Python source for module 'math' \(.*: built in or compiled\); a reward is defined from its source"
+    with pytest.raises(RewardRefError, match=compiled):
+        resolve_reward_ref("math:sqrt")
+
+
+def test_a_reward_file_importing_its_sibling_says_it_must_be_self_contained(tmp_path):
+    write(tmp_path, "def thing(text):\n    return text.strip()\n", "helper.py")
+    sibling = write(tmp_path, "from helper import thing\n\ndef r(completion, reference):\n    return 1.0\n")
+    relative = write(tmp_path, "from .helper import r\n", "relative.py")
+    said = {
+        sibling: r"No module named 'helper' \(helper is beside it: a reward file is defined from its own text alone.*"
+                 r"cannot import its sibling files: copy what it needs from helper into it",
+        relative: r"no known parent package \(a reward file is defined from its own text, outside any package: "
+                  r"import absolutely, or name the reward package.module:function",
+    }  # fmt: skip
+    for path, words in said.items():
+        with pytest.raises(RewardRefError, match=words):  # in its own process, as the run and check-config load it
+            judge_for(EvalConfig(reward=f"{path}:r"))
+        with pytest.raises(RewardRefError, match=words):  # in this one
+            load_reward_function(resolve_reward_ref(f"{path}:r"))
+    missing = write(tmp_path, "import no_such_module_anywhere\n\ndef r(c, r):\n    return 1.0\n", "missing.py")
+    with pytest.raises(RewardRefError, match=r"No module named 'no_such_module_anywhere'$"):
+        judge_for(EvalConfig(reward=f"{missing}:r"))
 
 
 def test_a_relative_reward_file_is_relative_to_the_config_file(tmp_path, monkeypatch):
