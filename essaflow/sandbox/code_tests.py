@@ -46,9 +46,7 @@ def code_tests_scores(
     if len(completions) != len(tests):
         raise ValueError(f"{len(completions)} completions but {len(tests)} tests")
     preludes = preludes or [""] * len(completions)
-    snippets = [
-        (pre + "\n" if pre else "") + extract_program(c) + "\n" + t for c, t, pre in zip(completions, tests, preludes)
-    ]
+    snippets = [snippet_of(c, t, pre) for c, t, pre in zip(completions, tests, preludes)]
     memo = memo or VerdictMemo(0)
     known = {s: v for s in set(snippets) if (v := memo.get(s)) is not None}
     new = list(dict.fromkeys(s for s in snippets if s not in known))  # each distinct snippet once, in order
@@ -56,6 +54,46 @@ def code_tests_scores(
         known[snippet] = outcome.ok
         memo.put(snippet, outcome.ok)
     return [1.0 if known[s] else 0.0 for s in snippets]
+
+
+def snippet_of(completion: str, tests: str, prelude: str = "") -> str:
+    """What the sandbox runs for a completion: its prelude, its program, then its tests."""
+    return (prelude + "\n" if prelude else "") + extract_program(completion) + "\n" + tests
+
+
+def syntax_problem(code: str) -> str | None:
+    """Why `code` is no Python ("SyntaxError, line 3: invalid syntax"), found by compiling it, never running it;
+    None when it compiles."""
+    try:
+        compile(code, "<code>", "exec", dont_inherit=True)
+    except SyntaxError as e:
+        return f"{type(e).__name__}, line {e.lineno}: {e.msg}"
+    except (ValueError, RecursionError, MemoryError) as e:  # a null byte; nesting past the parser's depth
+        return f"{type(e).__name__}: {str(e)[:160]}"
+    return None
+
+
+def why_not_passed(completion: str, tests: str, prelude: str, pool: SandboxPool) -> tuple[str, str]:
+    """(kind, words): why a completion (a reference answer, in check-config) does not pass its tests, naming what
+    is at fault. kind: "tests" (the tests are no Python), "program" (the program and prelude are none), or what the
+    sandbox saw when it ran them: "timeout" (past eval.sandbox.timeout_s or cpu_s), "failed" (its last line of
+    output: the exception), "crashed", "error" (its worker was lost); "passed" when it passes after all."""
+    wrong = syntax_problem(tests)
+    if wrong:
+        return "tests", f"its tests are no Python ({wrong})"
+    snippet = snippet_of(completion, tests, prelude)
+    wrong = syntax_problem(snippet)
+    if wrong:
+        return "program", f"its program is no Python ({wrong})"
+    outcome = pool.run([snippet])[0]
+    cfg = pool.cfg
+    if outcome.status == "timeout":
+        return "timeout", (f"it ran past the sandbox's limits (eval.sandbox.timeout_s={cfg.timeout_s:g} s, "
+                           f"eval.sandbox.cpu_s={cfg.cpu_s})")  # fmt: skip
+    last = next((line.strip() for line in reversed(outcome.output.splitlines()) if line.strip()), "")
+    said = f": {last[:160]}" if last else ""
+    words = {"passed": "it passes when run alone", "crashed": "it crashed", "error": "the sandbox lost it"}
+    return outcome.status, words.get(outcome.status, "it failed") + ("" if outcome.ok else said)
 
 
 class VerdictMemo:

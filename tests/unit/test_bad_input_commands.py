@@ -474,6 +474,62 @@ def test_a_sandbox_that_cannot_start_is_one_line_in_check_config(monkeypatch, ca
     assert len(errors) == 1 and errors[0].startswith(f"error: {expected}"), errors
 
 
+# ------------------------------------------------------------------------------------------ code_tests' rows
+
+DOUBLE = "def double(x):\n    return 2 * x\n"
+
+
+def _code_rows(tmp_path, tests, answer=DOUBLE, rows: int = 24) -> list[str]:
+    """check-config's arguments for a file of `rows` code problems whose tests are `tests` (a value, or a function
+    of the row's index), reward code_tests."""
+    path = tmp_path / "code.jsonl"
+    make = tests if callable(tests) else (lambda i: tests)
+    path.write_text("".join(json.dumps({"id": f"c{i}", "prompt": f"double {i}", "answer": answer(i) if callable(answer)
+                                        else answer, "tests": make(i)}) + "\n" for i in range(rows)))  # fmt: skip
+    words = ["data.source=file", f"data.path={path}", "data.eval_size=4", "eval.reward=code_tests"]
+    return ["check-config", "--no-machine", *[a for w in words for a in ("--set", w)]]
+
+
+@pytest.mark.parametrize(("tests", "kind"), [(7, "a number"), (["assert double(2) == 4"], "a list")])
+def test_code_tests_given_a_number_or_a_list_names_the_type_not_missing(tmp_path, tests, kind):
+    errors = _refused(_code_rows(tmp_path, tests))
+    assert errors == [
+        "error: eval.reward code_tests: problem.fields['tests'] must be Python text (assert lines, or a check function "
+        f"and its call), and 24 row(s) hold another type (row 0 (id 'c0'): {kind}; row 1 (id 'c1'): {kind}; row 2 "
+        f"(id 'c2'): {kind}; row 3 (id 'c3'): {kind}; row 4 (id 'c4'): {kind}; ... 19 more): give it as one string "
+        "in every row"
+    ]
+
+
+def test_code_tests_written_in_prose_name_the_tests_field_not_the_answers(tmp_path):
+    prose = lambda i: "assert double(2) == 4\n" if i != 22 else "double(2) should be 4"  # noqa: E731 - row 22 only
+    errors = _refused(_code_rows(tmp_path, prose))  # past the 20 rows whose references are tried
+    assert errors == [
+        "error: eval.reward code_tests: problem.fields['tests'] is no Python in 1 row(s) (row 22 (id 'c22'): "
+        "SyntaxError, line 1: invalid syntax): give Python that raises when a solution is wrong (assert lines, or a "
+        "check function and its call); no completion can pass those rows"
+    ]
+
+
+def test_a_sandbox_timeout_too_short_for_the_references_names_the_limit_not_the_answers(tmp_path):
+    args = _code_rows(tmp_path, "assert double(2) == 4\n") + ["--set", "eval.sandbox.timeout_s=0.001"]
+    assert _refused(args) == [
+        "error: eval.reward code_tests: every one of the first 20 reference answers, run with its tests, ran past the "
+        "sandbox's limits (eval.sandbox.timeout_s=0.001 s, eval.sandbox.cpu_s=5): raise them (or give references "
+        "that end): every completion would be stopped and score 0"
+    ]
+
+
+def test_code_tests_references_that_fail_are_a_warning_saying_why(tmp_path):
+    answers = {3: "def double(x):\n    return x\n", 5: "def double(x) return 2"}
+    result = CliRunner().invoke(app, _code_rows(tmp_path, "assert double(2) == 4\n", lambda i: answers.get(i, DOUBLE)))
+    assert result.exit_code == 0, result.output
+    said = ("warning: eval.reward code_tests: 2 of the first 20 reference answers score below "
+            "eval.correct_threshold=1 when judged as completions: row 3 (id 'c3'): 0 (it failed: AssertionError); "
+            "row 5 (id 'c5'): 0 (its program is no Python (SyntaxError, line 1: expected ':'))")  # fmt: skip
+    assert said in result.stderr.splitlines(), result.stderr
+
+
 # ------------------------------------------------------------------------------------------ notes on task knobs
 
 
