@@ -56,7 +56,7 @@ __all__ = [
     "ConfigError", "DataConfig", "ESSAConfig", "ESSAWorkersConfig", "EvalConfig", "GRPOConfig", "GRPOWorkersConfig",
     "GateConfig", "ModelConfig", "PipelineConfig", "RayWorkersConfig", "SFTConfig", "SamplingConfig",
     "SyntheticTaskConfig", "apply_overrides", "apply_values", "changed_trajectory", "load_config", "merge_tree",
-    "method_trajectory", "override_value", "parse_config", "read_yaml_tree", "resolve_extends",
+    "method_trajectory", "override_value", "parse_config", "read_yaml_tree", "resolve_extends", "reward_file_from",
 ]  # fmt: skip
 
 
@@ -399,12 +399,13 @@ def _read_tree(path: Path, what: str, chain: tuple[Path, ...]) -> dict[str, Any]
         raise ConfigError(f"{what} {path} is empty: write the keys it sets (`{{}}` for every default)")
     if not isinstance(tree, dict):
         raise ConfigError(f"{what} {path} must hold a mapping at the top level")
-    _reward_file_from(tree, path.parent)
+    reward_file_from(tree, path.parent)
     return resolve_extends(tree, path, chain)
 
 
-def _reward_file_from(tree: dict[str, Any], folder: Path) -> None:
-    """A reward file named relative to a config file is relative to that file's folder (as `extends` is)."""
+def reward_file_from(tree: dict[str, Any], folder: Path) -> None:
+    """A reward file named relative to a config file is relative to that file's folder (as `extends` is): `tree`'s
+    eval.reward made absolute against `folder`, in place (a compare file's task is such a tree too)."""
     section = tree.get("eval")
     if isinstance(section, dict) and isinstance(section.get("reward"), str):
         with contextlib.suppress(ValueError):  # malformed: the config's own validation names it

@@ -11,12 +11,14 @@
 
 The task may start from a pipeline preset: `task: {extends: tiny-essa.yaml, ...}` (relative to the compare file's
 folder) takes that preset and merges the task's own keys on top, as a preset's top-level `extends:` does
-(essaflow/config.py). Every arm's pipeline config is built and validated when the compare config loads, so a bad
+(essaflow/config.py). A reward file the compare file names (`task.eval.reward`, or `eval.reward` in a method's
+`set`) is relative to its folder too. Every arm's pipeline config is built and validated when the compare config loads, so a bad
 override fails before any compute, naming the method and the field.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,8 +33,10 @@ from essaflow.config import (
     parse_config,
     read_yaml_tree,
     resolve_extends,
+    reward_file_from,
 )
 from essaflow.config_base import ConfigError, StrictConfig
+from essaflow.judging.reward_ref import absolute_ref
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
 #: the section each trainer reads its seed and time budget from
@@ -161,6 +165,19 @@ class CompareConfig(StrictConfig):
 def load_compare_config(path: str | Path, overrides: list[str] | None = None) -> CompareConfig:
     """A compare YAML file with dotted overrides (`--set budget_s=30`, `--set task.eval.samples_per_problem=16`)."""
     tree = read_yaml_tree(path, "compare config")
-    if isinstance(tree.get("task"), dict):  # the task's own `extends:`, relative to the compare file
+    folder = Path(path).resolve().parent
+    if isinstance(tree.get("task"), dict):  # its reward file and its own `extends:`, relative to the compare file
+        reward_file_from(tree["task"], folder)
         tree["task"] = resolve_extends(tree["task"], path, (Path(path).resolve(),))
+    _method_rewards_from(tree.get("methods"), folder)
     return parse_config(apply_overrides(tree, overrides or []), CompareConfig)
+
+
+def _method_rewards_from(methods: Any, folder: Path) -> None:
+    """A method's `set: {eval.reward: my.py:fn}`, written in the compare file, is relative to its folder too."""
+    for method in methods if isinstance(methods, list) else []:
+        sets = method.get("set") if isinstance(method, dict) else None
+        for key, value in sets.items() if isinstance(sets, dict) else []:
+            if str(key).strip() == "eval.reward" and isinstance(value, str):
+                with contextlib.suppress(ValueError):  # malformed: the arm's validation names it
+                    sets[key] = absolute_ref(value, folder)

@@ -6,6 +6,7 @@ file or row and the fix, or accepted and handled right. No server.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -15,6 +16,8 @@ from cli.main import app
 from essaflow.config import ConfigError
 
 # ------------------------------------------------------------------------------------------ shared
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)
@@ -322,6 +325,26 @@ def test_every_compare_arm_trains_under_the_compare_budget():
     cfg = load_compare_config("configs/compare-tiny.yaml")
     for arm in cfg.arms():
         assert getattr(arm.config, SECTION[arm.config.method]).time_budget_s == cfg.budget_s, arm.name
+
+
+def test_a_compare_files_reward_file_is_relative_to_the_compare_file(tmp_path, monkeypatch):
+    from essaflow.compare import load_compare_config
+
+    sub = tmp_path / "cmp"
+    sub.mkdir()
+    (sub / "myreward.py").write_text("def score(completion, reference):\n    return 1.0\n")
+    (sub / "half.py").write_text("def score(completion, reference):\n    return 0.5\n")
+    (sub / "c.yaml").write_text("name: c\nbudget_s: 5\nseeds: [0]\nmethods: [{name: e, method: essa}, {name: f, "
+                                "method: fgrpo, set: {eval.reward: half.py:score}}]\n"
+                                "task: {extends: ../../../configs/tiny.yaml, eval: {reward: myreward.py:score}}\n"
+                                .replace("../../../configs", str(REPO / "configs")))  # fmt: skip
+    monkeypatch.chdir(tmp_path)  # another folder: no myreward.py here
+    cfg = load_compare_config(sub / "c.yaml")
+    assert cfg.task.eval.reward == f"{sub / 'myreward.py'}:score"
+    assert {a.name: a.config.eval.reward for a in cfg.arms()} == {
+        "e-s0": f"{sub / 'myreward.py'}:score", "f-s0": f"{sub / 'half.py'}:score"}  # fmt: skip
+    result = CliRunner().invoke(app, ["check-config", "-c", str(sub / "c.yaml"), "--no-inputs"])
+    assert result.exit_code == 0, result.output
 
 
 def test_gc_on_a_store_folder_that_is_not_there_says_so_at_once(tmp_path, monkeypatch):
