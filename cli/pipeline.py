@@ -87,7 +87,8 @@ def preflight(cfg: PipelineConfig, services: bool = True, resume: str | None = N
     (a local directory with config.json, weights and tokenizer files; a hub id that resolves), a Ray head answering
     where training joins one, the environment variables it reads (numbers, a writable cache directory, S3 settings)
     and (`services`) the artifact store (S3: its endpoint, bucket and keys) and the MLflow tracking server
-    answering, and the run `resume` names (a malformed or unknown id, another pipeline's run, a completed run):
+    answering, and the run `resume` names (a malformed or unknown id, another pipeline's run, a completed run);
+    the data's rows read and the reward tried on them, unless both are built in (input_check.run_input_problems):
     seconds, not Prefect's start-up or the model stack's imports first."""
     from essaflow.artifacts.store import check_storage, storage_uri_for
     from essaflow.checks.environment import environment_problems
@@ -96,7 +97,7 @@ def preflight(cfg: PipelineConfig, services: bool = True, resume: str | None = N
     from essaflow.cluster import ClusterUnreachable
     from essaflow.cluster.preflight import probe_cluster
     from essaflow.config import ConfigError
-    from essaflow.input_check import check_data_path, check_model
+    from essaflow.input_check import check_data_path, check_model, run_input_problems
     from essaflow.model.identity import require_resolvable
     from essaflow.secrets import scrub
     from essaflow.storage import StorageError
@@ -107,6 +108,11 @@ def preflight(cfg: PipelineConfig, services: bool = True, resume: str | None = N
     problems = check_model(cfg.model).problems + machine_problems(cfg)  # a GPU for cuda, vllm for its backend
     problems += check_data_path(cfg.data)  # a data file that is not there (read in full by the run's first task)
     problems += environment_problems(cfg)  # ESSAFLOW_HEARTBEAT_S=abc, an unwritable cache, a malformed S3 endpoint
+    if problems:
+        refuse(problems)
+    problems, warnings = run_input_problems(cfg)  # bad rows, a reward giving no score (nothing for built-in tasks)
+    for warning in warnings:
+        typer.echo(scrub(warning), err=True)
     if problems:
         refuse(problems)
     try:

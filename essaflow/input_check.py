@@ -4,7 +4,8 @@
 config.json, no weights, a weight file whose header or shard index is broken, no tokenizer files), a data file that
 is missing or malformed, a column the file lacks, splits that would hold nothing out or leave nothing to train on
 all fail here, with the field named, instead of minutes into a run; copies of a prompt with different answers get a
-warning (or, dropped, their count). `essaflow run` checks the model the same way before it starts the flow.
+warning (or, dropped, their count). `essaflow run` checks the model the same way before it starts the flow, and
+the data's rows with the reward tried on them where either is the user's (run_input_problems).
 Nothing is downloaded: a hub id or an s3:// URI is checked for its spelling only, and the report says so.
 """
 
@@ -15,7 +16,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from essaflow.config import DataConfig, ModelConfig
+from essaflow.config import DataConfig, ModelConfig, PipelineConfig
 from essaflow.config_base import ConfigError
 from essaflow.data import DataError, Problem, read_problems, split_problems
 from essaflow.data.config import HeldOutSourceConfig
@@ -37,11 +38,24 @@ def check_inputs(model: ModelConfig, data: DataConfig, held_out: HeldOutSourceCo
     _check_model(model, report)
     _check_chat_template(model, data, report)
     _check_builtin_task(model, data, report)
+    rows, _ = check_data_rows(data, held_out)
+    report.problems += rows.problems
+    report.notes += rows.notes
+    return report
+
+
+def check_data_rows(
+    data: DataConfig, held_out: HeldOutSourceConfig | None = None
+) -> tuple[InputReport, list[Problem] | None]:
+    """The data a config names (and eval.data), read in full as the run's first task reads them, and the splits
+    the run would make: the report, and the training problems read (None: not read here, a hub or S3 source, or
+    unreadable). What check-config checks of the data, and `essaflow run` before Prefect starts."""
+    report = InputReport()
     training = _check_data(data, report)
     held = _check_data(data.held_out(held_out), report, "eval.data.path") if held_out is not None else None
     if training is not None and (held_out is None or held is not None):
         _check_splits(data, training, held, report)
-    return report
+    return report, training
 
 
 def check_model(model: ModelConfig) -> InputReport:
@@ -62,6 +76,41 @@ def check_data_path(data: DataConfig) -> list[str]:
     expanded = os.path.expanduser(data.path)
     readable = os.path.isfile(expanded) or os.path.isdir(expanded)
     return [] if readable else [f"data.path: {data.path}: {missing_path(data.path, expanded)}"]
+
+
+#: data sources made by essaflow or a package it depends on: with a built-in reward, nothing a run reads is the user's
+GENERATED = ("synthetic", "reasoning_gym", "humaneval")
+
+
+def run_input_problems(cfg: PipelineConfig) -> tuple[list[str], list[str]]:
+    """(problems, warnings), one line each naming the field, the file or the row: what a run (`essaflow run`, `demo`,
+    `essa`, `grpo`) reads of its data and tries of its reward before its flow and Prefect's server start, so that
+    bad rows and a reward that gives no score fail in seconds (before: 10-45 s into the run, each stage retried).
+
+    The data's rows are read in full as check-config reads them (check_data_rows), then the reward is built and
+    tried on the first rows' reference answers (essaflow.judging.reward_check). Nothing is read or tried for a
+    built-in task (data.source synthetic, reasoning_gym or humaneval, no eval.data) judged by a built-in reward:
+    the run's first task makes it, as check-config read it. Hub and S3 data are not read (the run downloads them)
+    and their reward is only built. A reward of the user's own starts its processes here, which the run then uses."""
+    from essaflow.judging.reward_ref import split_ref
+
+    generated = cfg.data.source in GENERATED and cfg.eval.data is None
+    if generated and split_ref(cfg.eval.reward)[0] == "builtin":
+        return [], []
+    from essaflow.judging.reward_check import check_reward
+    from essaflow.sandbox.bubblewrap import SandboxUnavailable
+
+    read, warnings = None, []
+    if not generated:
+        rows, read = check_data_rows(cfg.data, cfg.eval.data)
+        warnings += [n for n in rows.notes if n.startswith("warning:")]
+        if rows.problems:
+            return rows.problems, warnings
+    try:
+        reward = check_reward(cfg.eval, cfg.data, read=read)
+    except SandboxUnavailable as err:  # code_tests where the sandbox cannot start: its message names the fix
+        return [str(err)], warnings
+    return reward.problems, warnings + [n for n in reward.notes if n.startswith("warning:")]
 
 
 def require_model(model: ModelConfig) -> None:

@@ -58,8 +58,10 @@ def _is_fields(node: ast.expr) -> bool:
     return isinstance(node, ast.Attribute) and node.attr == "fields"
 
 
-def check_reward(eval_cfg: EvalConfig, data: DataConfig, rows: int = 20) -> RewardCheck:
-    """The reward of `eval_cfg` against the first `rows` problems of `data` (steps 1-3 of the module doc)."""
+def check_reward(eval_cfg: EvalConfig, data: DataConfig, rows: int = 20,
+                 read: list[Problem] | None = None) -> RewardCheck:  # fmt: skip
+    """The reward of `eval_cfg` against the first `rows` problems of `data` (steps 1-3 of the module doc);
+    `read`: data's problems, read already (by the data's own check)."""
     out = RewardCheck()
     try:
         judge = judge_for(eval_cfg)
@@ -74,7 +76,7 @@ def check_reward(eval_cfg: EvalConfig, data: DataConfig, rows: int = 20) -> Rewa
     from essaflow.data import DataError, read_problems
 
     try:
-        every = read_problems(data).problems
+        every = read if read is not None else read_problems(data).problems
     except (DataError, OSError, ValueError):  # the data check reports the data's own errors
         return out
     problems = every[:rows]

@@ -6,6 +6,7 @@ file or row and the fix, or accepted and handled right. No server.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -358,6 +359,90 @@ def test_gc_on_a_store_folder_that_is_not_there_says_so_at_once(tmp_path, monkey
     ]
     (tmp_path / "a-file").write_text("")
     assert "is not a directory" in _refused(["gc", "--storage-uri", str(tmp_path / "a-file")])[0]
+
+
+# ------------------------------------------------------------------------------------------ the run's rows and reward
+
+
+def _own_task(tmp_path, reward: str, rows: list[dict] | None = None) -> list[str]:
+    """--set words of a run on a JSONL file of 40 sums judged by a reward file of `reward`'s text (function r)."""
+    rows = rows or [{"id": f"p{i}", "prompt": f"{i}+1=", "answer": str(i + 1)} for i in range(40)]
+    (tmp_path / "sums.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "my_reward.py").write_text(reward)
+    return ["data.source=file", f"data.path={tmp_path / 'sums.jsonl'}", "data.eval_size=8",
+            f"eval.reward={tmp_path / 'my_reward.py'}:r"]  # fmt: skip
+
+
+GOOD_REWARD = "def r(completion, reference):\n    return float(completion.strip() == reference)\n"
+
+
+@pytest.mark.parametrize(
+    ("case", "said"),
+    [
+        ("string", "no score for row 0 (id 'p0'), its reference answer judged as a completion: TypeError: returned "
+                   "'yes': a reward returns a number or a mapping of named numbers, each finite"),
+        ("syntax", "syntax error in TMP/my_reward.py, line 1"),
+        ("gone", "TMP/my_reward.py defines no function 'r' (functions there: ['renamed'])"),
+    ],
+)  # fmt: skip
+def test_run_tries_the_reward_before_prefect_starts(tmp_path, case, said):
+    words = _own_task(tmp_path, GOOD_REWARD)
+    bodies = {"string": "def r(completion, reference):\n    return 'yes'\n", "syntax": "def r(completion reference):\n",
+              "gone": "def renamed(completion, reference):\n    return 1.0\n"}  # fmt: skip
+    (tmp_path / "my_reward.py").write_text(bodies[case])  # as a reward edited after check-config passed
+    start = time.monotonic()
+    errors = _run_refused(tmp_path, *words)
+    assert len(errors) == 1 and errors[0].startswith("error: eval.reward") and said.replace("TMP", str(tmp_path)) in \
+        errors[0], errors  # fmt: skip
+    assert time.monotonic() - start < 10
+
+
+def test_run_reads_every_row_before_prefect_starts(tmp_path):
+    rows = [{"id": f"p{i}", "prompt": f"{i}+1=", "answer": str(i + 1), "hint": i if i < 25 else f"h{i}"}
+            for i in range(40)]  # fmt: skip
+    path = tmp_path / "sums.jsonl"
+    assert _run_refused(tmp_path, *_own_task(tmp_path, GOOD_REWARD, rows)) == [
+        f"error: data.path: {path}: field 'hint' is a number in 25 row(s) (first: row 0, id 'p0') and text in 15 "
+        "row(s) (first: row 25, id 'p25'): give it one type in every row (a reward reading it expects one)"
+    ]
+    words = _own_task(tmp_path, GOOD_REWARD)
+    path.write_text(path.read_text() + "{not json\n")  # line 41: past the rows the reward is tried on
+    errors = _run_refused(tmp_path, *words)
+    assert len(errors) == 1 and errors[0].startswith(f"error: data.path: 1 malformed row(s) in {path}: line 41"), errors
+
+
+def test_run_names_code_tests_of_the_wrong_type_before_prefect_starts(tmp_path):
+    words = [w for w in _code_rows(tmp_path, ["assert double(2) == 4"])[2:] if w != "--set"]
+    errors = _run_refused(tmp_path, *words)
+    assert len(errors) == 1 and "problem.fields['tests'] must be Python text" in errors[0], errors
+
+
+def test_a_run_on_a_built_in_task_with_a_built_in_reward_reads_and_tries_nothing_ahead(monkeypatch):
+    import essaflow.input_check
+    import essaflow.judging.reward_check
+    from essaflow.config import load_config
+    from essaflow.input_check import run_input_problems
+
+    def refuse(*_a, **_k):
+        raise AssertionError("read or tried")
+
+    monkeypatch.setattr(essaflow.input_check, "check_data_rows", refuse)
+    monkeypatch.setattr(essaflow.judging.reward_check, "check_reward", refuse)
+    for preset in ("configs/tiny.yaml", "configs/tiny-code.yaml", "configs/tiny-countdown.yaml"):
+        cfg = load_config(REPO / preset)
+        start = time.perf_counter()
+        assert run_input_problems(cfg) == ([], [])
+        assert time.perf_counter() - start < 0.1, preset
+
+
+def test_a_run_whose_reward_and_rows_are_good_passes_the_preflight_with_its_warnings(tmp_path):
+    preset = tmp_path / "run.yaml"
+    preset.write_text("{}\n")
+    picky = "def r(completion, reference):\n    return 0.0 if reference == '4' else 1.0\n"  # row 3's answer
+    args = [a for w in _own_task(tmp_path, picky) for a in ("--set", w)]
+    result = CliRunner().invoke(app, ["run", str(preset), "--no-progress", *args])
+    assert isinstance(result.exception, AssertionError) and "the flow started" in str(result.exception)
+    assert "warning: eval.reward" in result.stderr and "row 3 (id 'p3'): 0" in result.stderr, result.stderr
 
 
 # ------------------------------------------------------------------------------------------ services and --resume
