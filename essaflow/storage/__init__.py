@@ -13,7 +13,11 @@ store retries the whole operation with exponential backoff and jitter (0.25 s do
 new attempt after ``retry_timeout`` seconds (20 s by default; ``ESSAFLOW_S3_RETRY_TIMEOUT_S`` changes it). So a
 server that is down for a few seconds is ridden out, and one that is down for good is reported within about 30 s: a
 refused connection after ~20-27 s, a host that does not answer at all (2 s connect timeout x 8 attempts) after
-~22-28 s. A server that accepts connections but never answers is bounded by the 20 s read timeout per attempt. A
+~22-28 s. Until an endpoint has first answered in this process, an attempt that cannot connect is followed by
+one TCP connection: refused there (or a host name that does not resolve), nothing serves at that endpoint, no retry
+waits that out, and the request fails at once (kind ``refused``, naming the endpoint and the variable that set it,
+ESSAFLOW_S3_ENDPOINT_URL or AWS's; was 20-24 s). Once the endpoint has answered, a refused connection is a server
+restarting, retried as above. A server that accepts connections but never answers is bounded by the 20 s read timeout per attempt. A
 multipart upload cut off midway leaves no object: S3 shows one only once the upload completes.
 
 Every failure is a :class:`StorageError` with one message that names the problem (unreachable endpoint, missing

@@ -66,6 +66,35 @@ def _root_cause(exc: BaseException) -> BaseException:
     return exc
 
 
+#: endpoints that answered in this process: a refused connection there later is a server restarting
+_REACHED: set[str] = set()
+
+
+def _nothing_listens(url: str, timeout: float) -> str | None:
+    """Why nothing can answer at `url`, found by one TCP connection (no request): "connection refused, nothing
+    listens there" or "its host name does not resolve". None when something listens (a server starting: botocore's
+    next try may reach it), a proxy stands between (the requests go there), or the connection failed otherwise (a
+    timeout: the retries may wait that out)."""
+    import socket
+    import urllib.request
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    proxied = urllib.request.getproxies().get(parts.scheme) and not urllib.request.proxy_bypass(parts.hostname or "")
+    if proxied or not parts.hostname:
+        return None
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        socket.create_connection((parts.hostname, port), timeout=timeout).close()
+    except ConnectionRefusedError:
+        return "connection refused, nothing listens there"
+    except socket.gaierror:
+        return "its host name does not resolve"
+    except OSError:  # a timeout, a network unreachable: left to the retries
+        pass
+    return None
+
+
 def _is_transient(exc: BaseException) -> bool:
     from botocore.exceptions import ClientError, ConnectionError, HTTPClientError, ResponseStreamingError
 
@@ -140,13 +169,43 @@ class S3Store(ArtifactStore):
             region_name=self.region,
         )
         try:
-            return session.client("s3", endpoint_url=self.endpoint_url, config=Config(**options))
+            client = session.client("s3", endpoint_url=self.endpoint_url, config=Config(**options))
         except ValueError as err:  # botocore: "Invalid endpoint: ...", an InvalidRegionError
             scrub_exception(err)
             raise StorageError(
                 f"S3 client for {self.uri} (endpoint {_safe_url(self.endpoint_url)}, region {self.region!r}): {err}",
                 "invalid",
             ) from None
+        if self.endpoint_url:  # before botocore's own retry handler: it sees each attempt first
+            client.meta.events.register_first("needs-retry.s3", self._first_contact)
+        return client
+
+    def _first_contact(self, response: Any = None, caught_exception: BaseException | None = None, **_: Any) -> None:
+        """botocore's needs-retry, for each attempt until the endpoint first answers in this process: an attempt
+        that could not connect is followed by one TCP connection, and refused (or a host name that does not
+        resolve) fails at once as kind `refused`, naming the endpoint and its variable: nothing serves there until
+        someone starts it or fixes the address, and botocore's tries then ours took 20-24 s to say so. Once the
+        endpoint answered, a refused connection is a server restarting, retried as `unreachable`. Returns None:
+        the retry handlers after it decide."""
+        from botocore.exceptions import ConnectionError as BotoConnectionError
+
+        url = self.endpoint_url
+        if url in _REACHED:
+            return
+        if response is not None:  # any HTTP answer, an error status too: something serves there
+            _REACHED.add(url)
+            return
+        if not isinstance(caught_exception, BotoConnectionError):
+            return
+        why = _nothing_listens(url, self._timeouts[0])
+        if why is None:
+            return
+        scrub_exception(caught_exception)  # botocore's message names the endpoint URL, password and all
+        name = _first_set(os.environ, S3_ENV["endpoint_url"])
+        variable = name if name and os.environ[name] == url else "ESSAFLOW_S3_ENDPOINT_URL"
+        fix = f"start the S3 server, or set {variable} to one that runs"
+        message = f"S3 endpoint {self.endpoint} is unreachable: {why} (storage_uri {self.uri}); {fix}"
+        raise StorageError(message, "refused") from caught_exception
 
     def __repr__(self) -> str:
         return f"S3Store({self.uri!r}, endpoint={_safe_url(self.endpoint_url)!r})"

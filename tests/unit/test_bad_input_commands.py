@@ -186,6 +186,31 @@ def test_an_s3_store_given_a_bad_endpoint_directly_says_which(monkeypatch):
         S3Store("b", "p", endpoint_url="garbage", access_key="a", secret_key="b")
 
 
+@pytest.mark.parametrize("var", ["ESSAFLOW_S3_ENDPOINT_URL", "AWS_ENDPOINT_URL"])
+def test_an_s3_endpoint_where_nothing_listens_is_refused_at_once_naming_its_variable(monkeypatch, tmp_path, var):
+    from devstack import free_port
+    from essaflow.storage import StorageError, open_store
+
+    for name in ("ESSAFLOW_S3_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(name, raising=False)
+    url = f"http://127.0.0.1:{free_port()}"  # up to the host, the port closed
+    monkeypatch.setenv(var, url)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "a")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "b")
+    expected = (f"S3 endpoint {url} is unreachable: connection refused, nothing listens there (storage_uri "
+                f"s3://bucket/x); start the S3 server, or set {var} to one that runs")  # fmt: skip
+    start = time.monotonic()
+    with pytest.raises(StorageError) as err:
+        open_store("s3://bucket/x").get_json("comparison.json")  # any first request (compare-table's, say)
+    assert str(err.value) == expected and err.value.kind == "refused" and not err.value.transient
+    preset = tmp_path / "run.yaml"
+    preset.write_text(f"storage_uri: s3://bucket/x\ntracking_uri: sqlite:///{tmp_path}/mlflow.db\n")
+    result = CliRunner().invoke(app, ["run", str(preset), "--no-progress"])
+    assert result.exit_code == 1 and _errors(result) == [f"error: preflight: StorageError: {expected}"], result.output
+    assert _refused(["compare-table", "s3://bucket/x"], code=1) == [f"error: compare-table: s3://bucket/x: {expected}"]
+    assert time.monotonic() - start < 5  # was 20-24 s each: retried as a transient failure
+
+
 # ------------------------------------------------------------------------------------------ the commands' arguments
 
 
