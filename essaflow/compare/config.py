@@ -12,8 +12,8 @@
 The task may start from a pipeline preset: `task: {extends: tiny-essa.yaml, ...}` (relative to the compare file's
 folder) takes that preset and merges the task's own keys on top, as a preset's top-level `extends:` does
 (essaflow/config.py). A reward file the compare file names (`task.eval.reward`, or `eval.reward` in a method's
-`set`) is relative to its folder too. Every arm's pipeline config is built and validated when the compare config loads, so a bad
-override fails before any compute, naming the method and the field.
+`set`) is relative to its folder too. Every arm's pipeline config is built and validated when the compare config
+loads, so a bad override fails before any compute, naming the method and the field.
 """
 
 from __future__ import annotations

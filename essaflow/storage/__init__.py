@@ -17,8 +17,9 @@ refused connection after ~20-27 s, a host that does not answer at all (2 s conne
 one TCP connection: refused there (or a host name that does not resolve), nothing serves at that endpoint, no retry
 waits that out, and the request fails at once (kind ``refused``, naming the endpoint and the variable that set it,
 ESSAFLOW_S3_ENDPOINT_URL or AWS's; was 20-24 s). Once the endpoint has answered, a refused connection is a server
-restarting, retried as above. A server that accepts connections but never answers is bounded by the 20 s read timeout per attempt. A
-multipart upload cut off midway leaves no object: S3 shows one only once the upload completes.
+restarting, retried as above. A server that accepts connections but never answers is bounded by the 20 s read
+timeout per attempt. A multipart upload cut off midway leaves no object: S3 shows one only once the upload
+completes.
 
 Every failure is a :class:`StorageError` with one message that names the problem (unreachable endpoint, missing
 bucket, rejected credentials, missing object, checksum mismatch, incomplete artifact) and never contains a
