@@ -33,17 +33,41 @@ def marked(marker: str) -> list[str]:
     return found
 
 
-def test_a_reward_that_exits_fails_the_run_with_its_json_line_and_leaves_no_process(tmp_path):
-    (tmp_path / "exits.py").write_text("import os\n\ndef score(completion, problem):\n    os._exit(0)\n")
+# exits on any completion but the reference answer: the run's preflight (which tries the reward on the reference
+# answers) passes it, and the first evaluation meets the exit
+EXITS_ON_MODEL_TEXT = """import os
+
+def score(completion, problem):
+    if completion.strip() != problem.answer:
+        os._exit(0)
+    return 1.0
+"""
+
+
+def _run(tmp_path: Path, reward_source: str, marker: str) -> subprocess.CompletedProcess:
+    (tmp_path / "exits.py").write_text(reward_source)
     config = {**TINY, "name": "e2e-reward-exits", "eval": {**TINY["eval"], "reward": "exits.py:score"}}
     config["data"] = {**TINY["data"], "eval_size": 4}
     (tmp_path / "run.yaml").write_text(yaml.safe_dump(config))
-    marker = uuid.uuid4().hex
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MLFLOW_", "AWS_", "ESSAFLOW_S"))}
     env.update({"PREFECT_HOME": str(tmp_path / "prefect-home"), "ESSAFLOW_CACHE_DIR": os.environ["ESSAFLOW_CACHE_DIR"],
                 "ESSAFLOW_RETRY_BACKOFF_SCALE": "0.01", "ESSAFLOW_TEST_MARK": marker})  # fmt: skip
-    proc = subprocess.run([sys.executable, "-m", "cli.main", "run", "run.yaml", "--no-progress"], cwd=tmp_path,
+    return subprocess.run([sys.executable, "-m", "cli.main", "run", "run.yaml", "--no-progress"], cwd=tmp_path,
                           env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+
+
+def test_a_reward_that_always_exits_is_refused_before_prefect_starts(tmp_path):
+    marker = uuid.uuid4().hex
+    proc = _run(tmp_path, "import os\n\ndef score(completion, problem):\n    os._exit(0)\n", marker)
+    assert proc.returncode == 2, proc.stderr[-4000:]
+    line = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert "the reward's process ended (exit status 0)" in json.dumps(line), line
+    assert marked(marker) == []
+
+
+def test_a_reward_that_exits_fails_the_run_with_its_json_line_and_leaves_no_process(tmp_path):
+    marker = uuid.uuid4().hex
+    proc = _run(tmp_path, EXITS_ON_MODEL_TEXT, marker)
     assert proc.returncode == 1, proc.stderr[-4000:]
     line = json.loads(proc.stdout.strip().splitlines()[-1])
     assert line["stage"].startswith("evaluate"), line

@@ -57,8 +57,11 @@ def test_no_tracking_password_on_the_terminal_of_a_run_an_eval_and_a_failed_run(
     name = f"terminal-{uuid.uuid4().hex[:6]}"
     store = (tmp_path / "store").as_uri()
     (tmp_path / "run.yaml").write_text(yaml.safe_dump({**TINY, "name": name, "storage_uri": store}))
-    (tmp_path / "bad.jsonl").write_text("this is no JSON\n")  # read by the run's first task, after MLflow's run opens
-    bad = {**TINY, "name": f"{name}-bad", "storage_uri": store, "data": {"source": "file", "path": "bad.jsonl"}}
+    # a reward that scores the reference answers (the preflight tries those) and raises on the model's text: the run
+    # fails in its first evaluation, after MLflow's run opened
+    (tmp_path / "picky.py").write_text("def score(completion, problem):\n    if completion.strip() != problem.answer:\n"
+                                       "        raise ValueError('picky')\n    return 1.0\n")  # fmt: skip
+    bad = {**TINY, "name": f"{name}-bad", "storage_uri": store, "eval": {**TINY["eval"], "reward": "picky.py:score"}}
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump(bad))
 
     run, run_s = _essaflow(["run", "run.yaml", "--set", f"tracking_uri={url}"], env, tmp_path)  # progress bars on
