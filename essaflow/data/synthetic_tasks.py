@@ -10,8 +10,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from essaflow.data import countdown, programs, synthetic
+from essaflow.data.countdown import ALPHABET as COUNTDOWN_ALPHABET
+from essaflow.data.countdown import countdown_problems
+from essaflow.data.programs import ALPHABET as PROGRAMS_ALPHABET
+from essaflow.data.programs import programs_problems
 from essaflow.data.schema import Problem
+from essaflow.data.synthetic import ALPHABET as ARITHMETIC_ALPHABET
+from essaflow.data.synthetic import synthetic_problems
 
 
 @dataclass(frozen=True)
@@ -27,9 +32,9 @@ class SyntheticTask:
 
 
 TASKS: dict[str, SyntheticTask] = {
-    "arithmetic": SyntheticTask(synthetic.synthetic_problems, synthetic.ALPHABET, "exact_match"),
-    "countdown": SyntheticTask(countdown.countdown_problems, countdown.ALPHABET, "countdown"),
-    "programs": SyntheticTask(programs.programs_problems, programs.ALPHABET, "code_tests"),
+    "arithmetic": SyntheticTask(synthetic_problems, ARITHMETIC_ALPHABET, "exact_match"),
+    "countdown": SyntheticTask(countdown_problems, COUNTDOWN_ALPHABET, "countdown"),
+    "programs": SyntheticTask(programs_problems, PROGRAMS_ALPHABET, "code_tests"),
 }
 
 

@@ -6,8 +6,10 @@ Every import counts, at any depth (module level, inside functions, under TYPE_CH
 How an import becomes an edge. Python runs a package's ``__init__`` before any of its submodules, but the importer
 does not depend on what that ``__init__`` defines; counting it would make every package whose ``__init__`` re-exports
 its submodules a cycle with each submodule importing a sibling. So ``import a.b.c`` and ``from a.b.c import name``
-are an edge to the module ``a.b.c`` only; ``from a.b import c`` is an edge to ``a.b.c`` when ``c`` is a module, else
-to ``a.b``; an edge goes to a package's ``__init__`` only when the import names the package itself.
+are an edge to the module ``a.b.c`` only. ``from a.b import c`` names the package: it is an edge to ``a.b`` (the
+names are looked up on it, so a partly run ``__init__`` fails the import) and also to ``a.b.c`` when ``c`` is a
+module. A submodule that imports its siblings through its own package (``from essaflow.data import countdown``)
+while the package's ``__init__`` imports that submodule is a cycle.
 
 Cycles are looked for twice in essaflow/: between modules, and between its parts, a part being a top-level module
 (``essaflow.config``) or a whole subpackage (``essaflow.grpo``), so that a subpackage is one layer: config importing
@@ -53,7 +55,8 @@ def imports_in(source: str, module: str, is_package: bool = False) -> set[str]:
             if node.level:  # from . import x (level 1: this package), from .. import x (its parent), ...
                 parent = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1])
                 base = f"{parent}.{base}" if base else parent
-            found.update(f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names)
+            found.add(base)
+            found.update(f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in MODULES)
     return found
 
 
@@ -102,10 +105,14 @@ def library_cycles(part=lambda module: module, skip=lambda module, target: False
 def test_imports_become_edges_by_the_rule_lazy_and_relative_ones_included():
     source = "import essaflow.grpo.losses\nfrom essaflow import tracking, cluster\nfrom essaflow.data import Problem\n"
     source += "def f():\n    from . import advantages\n    from ..data import schema\n    from .losses import x\n"
-    # only the module an import names (not essaflow.grpo, not essaflow); essaflow.data: Problem is defined there
-    expected = {"grpo.losses", "tracking", "cluster", "data", "grpo.advantages", "data.schema"}
-    assert imports_in(source, "essaflow.grpo.loop") == {f"essaflow.{m}" for m in expected}
-    assert imports_in("from . import losses", "essaflow.grpo", is_package=True) == {"essaflow.grpo.losses"}
+    # the module an import names, and the package a `from` names (essaflow, essaflow.grpo), not the parents of a
+    # dotted name (`import essaflow.grpo.losses` is no edge to essaflow.grpo); essaflow.data: Problem is defined there
+    expected = {"grpo.losses", "tracking", "cluster", "data", "grpo", "grpo.advantages", "data.schema"}
+    assert imports_in(source, "essaflow.grpo.loop") == {"essaflow", *(f"essaflow.{m}" for m in expected)}
+    assert imports_in("from . import losses", "essaflow.grpo", is_package=True) == {
+        "essaflow.grpo",
+        "essaflow.grpo.losses",
+    }
     assert {m.split(".")[0] for m in MODULES} == set(LAYERS)
     assert "flows.finetune" in GRAPH["cli.pipeline"]  # a lazy import inside a function of the real tree
 
@@ -120,6 +127,25 @@ def test_a_layer_never_imports_the_layers_above_it(layer):
         if target.split(".")[0] in FORBIDDEN[layer]
     )
     assert not bad, f"{layer}/ must not import {sorted(FORBIDDEN[layer])}:\n" + "\n".join(bad)
+
+
+def test_a_submodule_importing_its_siblings_through_its_package_is_a_cycle():
+    """The cycle data/synthetic_tasks.py once had: data/__init__ imports sources, sources imports synthetic_tasks,
+    and synthetic_tasks took its siblings from the package (``from essaflow.data import countdown``)."""
+    graph = {
+        "essaflow.data": imports_in("from essaflow.data.sources import load", "essaflow.data", is_package=True),
+        "essaflow.data.sources": imports_in("from essaflow.data.tasks import TASKS", "essaflow.data.sources"),
+        "essaflow.data.tasks": imports_in("from essaflow.data import countdown", "essaflow.data.tasks"),
+        "essaflow.data.countdown": set(),
+        "essaflow.data.tasks_fixed": imports_in("from essaflow.data.countdown import ALPHABET", "essaflow.data.x"),
+    }
+    assert shortest_cycle_through("essaflow.data.tasks", graph) == [
+        "essaflow.data.tasks",
+        "essaflow.data",
+        "essaflow.data.sources",
+        "essaflow.data.tasks",
+    ]
+    assert graph["essaflow.data.tasks_fixed"] == {"essaflow.data.countdown"}
 
 
 def test_no_import_cycle_between_modules_of_the_library():
