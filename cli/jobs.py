@@ -21,12 +21,12 @@ def _training_job(cfg: PipelineConfig) -> None:
     from essaflow.secrets import scrub
 
     preflight(cfg, services=False)
-    from essaflow.training.job import run_training_job  # the model stack: seconds of imports, after the preflight
+    from essaflow.stages.job import run_training_job  # the model stack: seconds of imports, after the preflight
 
     try:
         out = run_training_job(cfg)
     except Exception as err:
-        logging.getLogger("essaflow.training.job").info("job failed", exc_info=True)
+        logging.getLogger("essaflow.stages.job").info("job failed", exc_info=True)
         fail(scrub(f"{type(err).__name__}: {err}"), f"{cfg.method} job", None, [])
     emit(out)
 

@@ -14,8 +14,8 @@ from prefect import flow
 from essaflow.compare import CompareConfig, load_compare_config
 from essaflow.compare.config import Arm
 from essaflow.compare.results import ArmResult
+from essaflow.compare.runs import task_config
 from essaflow.refs import AdapterRef, DatasetRef, EvalRef, RunRef
-from essaflow.runs.comparison import task_config
 from flows.parameters import preset_path
 from tasks.compare import close_arm, mark_compare_failed, open_arm, open_comparison, write_report
 from tasks.data import prepare_dataset

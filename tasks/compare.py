@@ -14,14 +14,14 @@ from prefect.runtime import flow_run
 
 from essaflow.compare.config import Arm, CompareConfig
 from essaflow.compare.results import ArmResult
-from essaflow.refs import AdapterRef, EvalRef, RunRef
-from essaflow.runs.comparison import (
+from essaflow.compare.runs import (
     close_arm_run,
     fail_comparison,
     open_arm_run,
     open_comparison_run,
     publish_comparison,
 )
+from essaflow.refs import AdapterRef, EvalRef, RunRef
 from essaflow.runs.journal import Journal
 from essaflow.secrets import scrub
 from tasks.failures import masked_errors

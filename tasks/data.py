@@ -17,7 +17,7 @@ from essaflow.data.config import HeldOutSourceConfig
 from essaflow.data.fingerprint import READER_VERSION, data_snapshot_digest
 from essaflow.model.identity import model_identity
 from essaflow.refs import DatasetRef, RunRef
-from essaflow.runs.dataset import publish_run_data
+from essaflow.stages.data import publish_run_data
 from essaflow.storage import MANIFEST, StorageError, open_store
 from essaflow.tracking.datasets import log_dataset_inputs
 from tasks.failures import masked_errors
@@ -88,7 +88,7 @@ def prepare_dataset(
     model: ModelConfig | None = None,
 ) -> DatasetRef:
     """Source (and the held-out source, eval.data) -> normalized Problems -> filters -> sft/train/eval Parquet in
-    datasets/<name>/<content hash>/, with the snapshot that was read (essaflow/runs/dataset.py). model: whose
+    datasets/<name>/<content hash>/, with the snapshot that was read (essaflow/stages/data.py). model: whose
     tokenizer data.max_prompt_tokens counts with."""
     return publish_run_data(data, storage_uri, held_out, model)
 

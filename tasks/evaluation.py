@@ -1,4 +1,4 @@
-"""pass@k evaluation of the base model, a tuned adapter, or a registered model version (essaflow/runs/scoring.py)."""
+"""pass@k of the base model, a tuned adapter, or a registered model version (essaflow/stages/evaluation.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from prefect.artifacts import create_table_artifact
 
 from essaflow.config import DataConfig, EvalConfig, ModelConfig, SamplingConfig
 from essaflow.refs import AdapterRef, DatasetRef, EvalRef, RunRef
-from essaflow.runs.scoring import (
+from essaflow.stages.evaluation import (
     eval_table,
     evaluate_alias,
     evaluate_on_eval_split,

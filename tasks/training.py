@@ -1,5 +1,5 @@
 """The SFT warm start and the training stage (ESSA or F-GRPO), with checkpoints synced to storage
-(essaflow/training/stages.py).
+(essaflow/stages/training.py).
 
 The training itself is `essaflow.training.run.train_method`, the same function the CLI jobs call: a retried `train`
 starts in a fresh directory and resumes from the newest checkpoint this run stored (the retry may run on another
@@ -14,7 +14,7 @@ from prefect import task
 
 from essaflow.config import DataConfig, ModelConfig, PipelineConfig, SFTConfig
 from essaflow.refs import AdapterRef, DatasetRef, RunRef
-from essaflow.training.stages import planned_steps, progress_note, train_stage, warm_start_stage
+from essaflow.stages.training import planned_steps, progress_note, train_stage, warm_start_stage
 from tasks.failures import masked_errors
 from tasks.progress import StageProgress
 from tasks.retry import retry_policy

@@ -101,7 +101,7 @@ def test_an_essa_job_with_no_ray_head_at_its_address_says_so_before_importing_th
     assert result["stage"] == "preflight" and "ClusterUnreachable: Ray cluster at 127.0.0.1:" in result["error"]
     assert "ray start --head" in result["error"]
     imported = {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
-    assert "torch" not in imported and "essaflow.training.job" not in imported  # refused before the model stack
+    assert "torch" not in imported and "essaflow.stages.job" not in imported  # refused before the model stack
     print(f"essa job: Ray head missing named in {took:.1f}s")
 
 

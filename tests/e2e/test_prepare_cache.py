@@ -21,7 +21,7 @@ SCRIPT = textwrap.dedent(
     import json, os, sys, time
     from pathlib import Path
 
-    import essaflow.runs.dataset as stage
+    import essaflow.stages.data as stage
     from cli.common import service_env
 
     service_env()

@@ -16,20 +16,19 @@ import tempfile
 import time
 from typing import Any
 
-from essaflow.cluster.preflight import probe_cluster
+from essaflow.checks.preflight import require_reachable
 from essaflow.config import PipelineConfig
 from essaflow.data.prepare import prepare_data
 from essaflow.generation.sampling import resolve_backend
 from essaflow.judging.evaluation import EvalReport
 from essaflow.judging.model_eval import evaluate_output
-from essaflow.model.identity import require_resolvable
 from essaflow.model.loading import token_cap_tokenizer
 from essaflow.runs.method_tags import method_label, method_tags
+from essaflow.stages.training import planned_steps
 from essaflow.storage import open_store
 from essaflow.storage.cache_dir import cache_root
 from essaflow.trainer_io import TrainCallbacks
 from essaflow.training.run import RunStorage, train_method
-from essaflow.training.stages import planned_steps
 from essaflow.training.warm_start import sft_start
 
 HEADLINE = ("greedy", "pass@1", "pass@8")
@@ -69,8 +68,7 @@ def _progress_line(cfg: PipelineConfig, row: dict[str, Any]) -> str | None:
 def run_training_job(cfg: PipelineConfig) -> dict[str, Any]:
     """The whole job on cfg (cfg.method essa or fgrpo); returns the JSON-able summary the CLI prints last."""
     start, label = time.perf_counter(), method_label(cfg.method, cfg.essa, cfg.grpo)
-    probe_cluster(cfg.cluster_request(), cfg.ray_address)  # a head that is not there: said before any compute
-    require_resolvable(cfg.model)  # a hub id that resolves nowhere: before the data is prepared
+    require_reachable(cfg)  # a Ray head that is not there, a hub id that resolves nowhere: before any compute
     prepared = prepare_data(cfg.data, cfg.eval.data, token_cap_tokenizer(cfg.model, cfg.data))
     filtered, splits = prepared.filtered, prepared.splits
     _progress(f"{label}: {len(splits.train)} train / {len(splits.eval)} eval problems")

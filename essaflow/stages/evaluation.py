@@ -1,38 +1,20 @@
-"""A run's scoring stages: pass@k of the base or a trained adapter on the run's eval split, of a registered version
-(by alias), and of the champion as the gate's baseline; each report stored under runs/<id>/eval/<label>/ with the
-protocol it was measured with, and logged to the run's MLflow run.
-
-The champion is scored on this run's problems under this run's protocol: its own stored per-problem counts when
-the problem set's and protocol's digests equal this run's (essaflow/tracking/champion.py), else evaluated again.
-Never imports prefect; the model stack (torch) is imported only where a stage evaluates.
+"""The evaluation stages: pass@k of the base or a trained adapter on the run's eval split, and of a registered
+version (by alias); each report stored under runs/<id>/eval/<label>/ with the protocol it was measured with, and
+logged to the run's MLflow run. Never imports prefect; the model stack (torch) is imported only where a stage
+evaluates.
 """
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from essaflow import tracking
-from essaflow.artifacts import fetch_dir, publish_eval, read_dataset, read_eval_report
+from essaflow.artifacts import fetch_dir, protocol_record, publish_eval, read_dataset, read_eval_report
 from essaflow.config import DataConfig, EvalConfig, ModelConfig, SamplingConfig
-from essaflow.judging.config import GateConfig
-from essaflow.judging.gate import problems_digest, protocol_digest
 from essaflow.judging.registered import evaluate_version
-from essaflow.refs import AdapterRef, ChampionRef, DatasetRef, EvalRef, RunRef
-from essaflow.storage import StorageError, open_store
+from essaflow.refs import AdapterRef, DatasetRef, EvalRef, RunRef
+from essaflow.storage import open_store
 from essaflow.timing import Timer
-from essaflow.tracking.champion import reusable_report_uri
-from essaflow.tracking.promotion import CHAMPION, alias_version
-
-log = logging.getLogger(__name__)
-
-CHAMPION_LABEL = "champion"
-"""The champion's report label (runs/<id>/eval/champion/)."""
-
-
-def protocol_record(eval_cfg: EvalConfig, sampling: SamplingConfig) -> dict[str, Any]:
-    """The protocol stored beside a report: the eval and sampling sections."""
-    return {"eval": eval_cfg.model_dump(mode="json"), "sampling": sampling.model_dump(mode="json")}
 
 
 def eval_table(ref: EvalRef) -> list[dict[str, Any]]:
@@ -112,52 +94,3 @@ def evaluate_alias(
         tracking.log_eval(tracking.tracked(run), label, report)
         tracking.set_tags(tracking.tracked(run), {"essaflow.evaluated_model": f"models:/{model_name}/{version}"})
     return ref.model_copy(update={"stage": f"evaluate-{label}", "timings": timer.timings()})
-
-
-def stored_champion_eval(uri: str) -> EvalRef | None:
-    """The stored report as an EvalRef, when it is still there and holds per-problem greedy outcomes too."""
-    probe = EvalRef(uri=uri, label=CHAMPION_LABEL, summary={}, num_problems=0, samples_per_problem=0)
-    try:
-        report = read_eval_report(probe)
-    except (StorageError, OSError, KeyError, ValueError) as err:  # gone from storage, or unreadable: evaluate again
-        log.warning("champion's stored report %s unusable (%s); evaluating it again", uri, err)
-        return None
-    if len(report.greedy_correct) != len(report.problem_ids):
-        return None
-    return probe.model_copy(update={"summary": report.summary(), "num_problems": report.num_problems,
-                                    "samples_per_problem": report.samples_per_problem})  # fmt: skip
-
-
-def score_champion(
-    registry: GateConfig, eval_cfg: EvalConfig, sampling: SamplingConfig, dataset: DatasetRef, run: RunRef
-) -> ChampionRef | None:
-    """models:/<run.name>@champion on this run's eval split and protocol: its stored counts when they match (and
-    registry.reuse_counts), else evaluated again here. None when there is no champion, or it is this run's own
-    version (a retried flow)."""
-    timer = Timer()
-    with timer.part("tracking"):
-        champ = alias_version(tracking.client(run.tracking_uri), run.name, CHAMPION)
-    if champ is None or (champ.tags or {}).get(tracking.RUN_TAG) == run.run_id:
-        return None
-    with timer.part("storage"):
-        problems = read_dataset(dataset).eval[: eval_cfg.max_problems]
-    digests = {"problems_digest": problems_digest(problems), "protocol_digest": protocol_digest(eval_cfg, sampling)}
-    version = str(champ.version)
-    stored = reusable_report_uri(dict(champ.tags or {}), **digests) if registry.reuse_counts else None
-    ref = stored_champion_eval(stored) if stored else None
-    scored = "stored counts" if ref is not None else "re-evaluated"
-    if ref is not None:
-        log.info("champion v%s: its stored counts (problems and protocol digests match) %s", version, stored)
-    else:
-        with timer.part("compute"), tracking.downloaded_version(run.tracking_uri, run.name, version) as m:
-            report = evaluate_version(m, problems, eval_cfg, sampling)
-        with timer.part("storage"):
-            ref = publish_eval(open_store(run.storage_uri), run, CHAMPION_LABEL, report,
-                               protocol_record(eval_cfg, sampling))  # fmt: skip
-        with timer.part("tracking"):
-            tracking.log_eval(tracking.tracked(run), CHAMPION_LABEL, report)
-        log.info("champion v%s re-evaluated on this run's problems: %s", version, ref.summary)
-    with timer.part("tracking"):
-        tracking.set_tags(tracking.tracked(run), {"essaflow.gate_baseline": f"models:/{run.name}/{version} ({scored})"})
-    return ChampionRef(name=run.name, version=version, eval=ref, scored=scored, **digests, stage="evaluate-champion",
-                       timings=timer.timings())  # fmt: skip

@@ -8,7 +8,7 @@ learning tests in tests/learning do."""
 import pytest
 
 from essaflow.config import load_config
-from essaflow.training.job import run_training_job
+from essaflow.stages.job import run_training_job
 from tests.support.real_checkpoints import write_gsm8k_jsonl
 
 METHODS = {

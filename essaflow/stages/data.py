@@ -1,4 +1,4 @@
-"""A run's dataset: the sources read, validated, filtered and split (essaflow/data/prepare.py), then published as
+"""The dataset stage: the sources read, validated, filtered and split (essaflow/data/prepare.py), then published as
 Parquet addressed by content (essaflow/artifacts/datasets.py), with the snapshot that was read. Never imports
 prefect; the model stack (torch) is imported only when the token cap needs the model's tokenizer."""
 

@@ -1,4 +1,4 @@
-"""The pipeline's two training stages against the run's storage: the SFT warm start and the training.
+"""The two training stages against the run's storage: the SFT warm start and the training.
 
 - Warm start: LoRA SFT on the SFT split (ESSA-v3 sec. 3.2), stored once per (model, SFT config, SFT data) hash
   under adapters/sft/; an adapter given by URI is used instead (an essaflow artifact in place, a plain directory

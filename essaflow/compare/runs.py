@@ -28,7 +28,7 @@ from essaflow.compare.results import (
 )
 from essaflow.compare.scaling import compare_projection
 from essaflow.config import ESSAConfig, GRPOConfig, PipelineConfig
-from essaflow.judging.gate import protocol_digest
+from essaflow.gate.digests import protocol_digest
 from essaflow.projection.measured import RunMetrics
 from essaflow.refs import AdapterRef, EvalRef, RunRef
 from essaflow.runs.journal import Journal
@@ -169,10 +169,9 @@ def publish_comparison(cfg: CompareConfig, parent: RunRef, start: EvalRef, arms:
     sft = {**start.summary, **{f"pass@{k}": sft_curve[k - 1] for k in report.HEADLINE_KS if k <= len(sft_curve)}}
     found = claims(arms, sft, start.samples_per_problem)
     t = cfg.task
-    evidence = gate_evidence(arms, sft_report, t.promotion_metric, t.eval.ks, t.registry,
-                             protocol_digest(t.eval, t.sampling))  # fmt: skip
+    evidence = gate_evidence(arms, sft_report, t.eval.ks, t.gate, protocol_digest(t.eval, t.sampling))
     verdicts = gate_verdicts(evidence, arms)
-    table = task_table.task_rows(cfg.name, arms, sft_report, sft, evidence, t.registry)
+    table = task_table.task_rows(cfg.name, arms, sft_report, sft, evidence, t.gate)
     runs = projection_runs(cfg, arms, parent)
     projection = compare_projection(runs["essa"], runs["grpo"], cfg.projection.bandwidth_gbs, cfg.projection.gpus)
     body = report.as_json(cfg, sft, arms, found, verdicts, projection, evidence, table)

@@ -1,5 +1,5 @@
 """The train stage's reference and summary, built once from the trainer's result, and the stage helpers that need
-no trainer (essaflow/training/run.py, essaflow/training/stages.py)."""
+no trainer (essaflow/training/run.py, essaflow/stages/training.py)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from essaflow.config import load_config
+from essaflow.stages.training import given_adapter, planned_steps, progress_note, stored_adapter
 from essaflow.storage import StorageError, open_store
 from essaflow.trainer_io import TrainResult
 from essaflow.training.run import Trained
-from essaflow.training.stages import given_adapter, planned_steps, progress_note, stored_adapter
 from essaflow.usage import Usage
 
 
