@@ -6,7 +6,7 @@ Where each section is defined (and documented, field by field):
     model     essaflow/model/config.py           ModelConfig
     sampling  essaflow/generation/config.py      SamplingConfig, VLLMConfig
     eval      essaflow/judging/config.py         EvalConfig
-    registry  essaflow/judging/config.py         GateConfig (the promotion gate)
+    gate      essaflow/gate/config.py            GateConfig (the promotion gate)
     sft       essaflow/training/config.py        SFTConfig
     essa      essaflow/essa/config.py            ESSAConfig (workers: essaflow/cluster/config.py)
     grpo      essaflow/grpo/config.py            GRPOConfig (workers: essaflow/cluster/config.py)
@@ -34,22 +34,18 @@ from typing import Any, Literal, Union, get_args, get_origin
 import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
+from essaflow.checks.service_uris import registered_name_problem, storage_uri_problem, tracking_uri_problem
+from essaflow.checks.yaml_keys import DuplicateKeyError, load_yaml
 from essaflow.cluster.address import ray_address_problem
 from essaflow.cluster.config import ESSAWorkersConfig, GRPOWorkersConfig, RayWorkersConfig
 from essaflow.cluster.request import TrainingRequest
 from essaflow.config_base import ConfigError, StrictConfig, changed_trajectory, trajectory_values
-from essaflow.config_rules import (
-    DuplicateKeyError,
-    load_yaml,
-    registered_name_problem,
-    storage_uri_problem,
-    tracking_uri_problem,
-)
 from essaflow.data.config import EVALUATION_SOURCES, DataConfig, SyntheticTaskConfig
 from essaflow.essa.config import ESSAConfig
 from essaflow.generation.config import SamplingConfig
 from essaflow.grpo.config import GRPOConfig
-from essaflow.judging.config import LARGEST_K, EvalConfig, GateConfig
+from essaflow.gate.config import GateConfig, moved_keys
+from essaflow.judging.config import EvalConfig
 from essaflow.judging.reward_ref import absolute_ref, resolve_reward_ref
 from essaflow.judging.rewards import resolve_reward
 from essaflow.model.config import ModelConfig
@@ -98,16 +94,13 @@ class PipelineConfig(StrictConfig):
     RAY_ADDRESS, else a local Ray. Token auth comes from RAY_AUTH_MODE / RAY_AUTH_TOKEN(_PATH), never from here."""
     adapter_uri: str | None = None
     """Start from this SFT adapter instead of training one."""
-    promotion_metric: str = "pass@1"
-    """Registry gate: alias champion moves to a new version only on a paired win over the champion on this eval
-    metric (greedy, or pass@k with k in eval.ks), both scored on this run's problems and protocol (the rule:
-    `registry`); otherwise the new version becomes challenger."""
-    registry: GateConfig = GateConfig()
-    """The promotion gate: minimum gain, confidence, guard metrics (docs/compare.md, "The promotion gate")."""
+    gate: GateConfig = GateConfig()
+    """The promotion gate: the metric it promotes on, minimum gain, confidence, guard metrics (docs/compare.md,
+    "The promotion gate")."""
 
     def cluster_request(self) -> TrainingRequest | None:
         """The Ray workers this run's training asks for: its method's request (None: method none, or training in
-        process). `essaflow.checks.cluster.check_training_fits` checks it against a cluster."""
+        process). `essaflow.cluster.preflight.check_training_fits` checks it against a cluster."""
         method = {"essa": self.essa, "fgrpo": self.grpo}.get(self.method)
         return None if method is None else method.cluster_request()
 
@@ -165,21 +158,18 @@ class PipelineConfig(StrictConfig):
             )
         return self
 
+    @model_validator(mode="before")
+    @classmethod
+    def _gate_keys_moved(cls, data: Any) -> Any:
+        return _refuse(moved_keys(data), data)
+
     @model_validator(mode="after")
-    def _promotion_metric_measured(self) -> PipelineConfig:
-        measured = {"greedy", *(f"pass@{k}" for k in {1, *self.eval.ks})}
-        if self.promotion_metric not in measured:
-            choices = sorted(measured)
-            raise ValueError(f"promotion_metric {self.promotion_metric!r} is not measured; choose from {choices}")
-        unknown = [g for g in self.registry.guard_metrics if g not in measured | {LARGEST_K}]
-        if unknown:
-            choices = sorted(measured | {LARGEST_K})
-            raise ValueError(f"registry.guard_metrics {unknown} are not measured; choose from {choices}")
-        return self
+    def _gate_metrics_measured(self) -> PipelineConfig:
+        return _refuse(self.gate.unmeasured(self.eval.ks), self)
 
 
 def _refuse(problem: str | None, value: Any) -> Any:
-    """A field validator's verdict from a rule (essaflow/config_rules.py): the value, or the problem."""
+    """A field validator's verdict from a rule (essaflow/checks/service_uris.py): the value, or the problem."""
     if problem:
         raise ValueError(problem)
     return value

@@ -174,7 +174,7 @@ class RegisteredRef(Ref):
     model_uri: str
     """models:/<name>/<version>."""
     gate: dict[str, Any] = {}
-    """The gate's evidence (essaflow.judging.gate.GateEvidence): both scores, the paired difference and its
+    """The gate's evidence (essaflow.gate.evidence.GateEvidence): both scores, the paired difference and its
     interval, the number of problems, the digests, the verdict and its reason."""
 
 

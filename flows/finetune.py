@@ -1,5 +1,5 @@
 """The main pipeline: data -> baseline pass@k -> SFT warm start -> its pass@k -> ESSA or F-GRPO -> pass@k -> the
-champion on the same problems -> registry (the promotion gate).
+champion on the same problems -> the promotion gate and MLflow registration.
 
 Each stage is a task that takes its own config sections and the references earlier stages returned, writes its
 artifact to storage and returns a small reference; a failed stage is retried (training resumes from its last
@@ -62,7 +62,7 @@ def finetune(
     tuned = train_adapter(config, dataset, sft, run)  # the trainers take the pipeline config (method_trajectory's)
     after = evaluate_tuned_adapter(config.data, config.model, config.sampling, config.eval, dataset, tuned, start, run)
     # the gate's baseline: the champion on these problems under this protocol (its stored counts when they match)
-    champion = evaluate_champion(config.registry, config.eval, config.sampling, dataset, run)
+    champion = evaluate_champion(config.gate, config.eval, config.sampling, dataset, run)
     model = register(config, dataset, base, tuned, before, after, champion, run)
     return close_run(run, dataset, base, sft, tuned, before, after, model, start)
 

@@ -23,7 +23,7 @@ from essaflow.artifacts.checkpoints import (
 )
 from essaflow.artifacts.datasets import SPLITS, dataset_name, publish_dataset, read_dataset
 from essaflow.artifacts.dirs import fetch_dir, publish_dir
-from essaflow.artifacts.eval_reports import publish_eval, read_eval_report
+from essaflow.artifacts.eval_reports import protocol_record, publish_eval, read_eval_report
 from essaflow.artifacts.store import check_storage, storage_uri_for
 from essaflow.storage.manifest import local_digest, manifest_digest
 from essaflow.storage.sha256 import config_hash
@@ -39,6 +39,7 @@ __all__ = [
     "latest_stored_checkpoint",
     "local_digest",
     "manifest_digest",
+    "protocol_record",
     "publish_dataset",
     "publish_dir",
     "publish_eval",

@@ -9,11 +9,19 @@ import gzip
 import json
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from essaflow.artifacts.dirs import fetch_dir
+from essaflow.generation.config import SamplingConfig
+from essaflow.judging.config import EvalConfig
 from essaflow.judging.evaluation import EvalReport, plot_pass_at_k
 from essaflow.refs import EvalRef, RunRef
 from essaflow.storage import ArtifactStore
+
+
+def protocol_record(eval_cfg: EvalConfig, sampling: SamplingConfig) -> dict[str, Any]:
+    """The protocol stored beside a report (passk.json's `protocol`): the eval and sampling sections."""
+    return {"eval": eval_cfg.model_dump(mode="json"), "sampling": sampling.model_dump(mode="json")}
 
 
 def publish_eval(store: ArtifactStore, run: RunRef, label: str, report: EvalReport, protocol: dict) -> EvalRef:

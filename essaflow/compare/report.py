@@ -8,7 +8,7 @@ from typing import Any
 from essaflow.compare import task_table
 from essaflow.compare.config import CompareConfig
 from essaflow.compare.results import HEADLINE_KS, ArmResult, Claim, method_table
-from essaflow.judging.gate import GateEvidence
+from essaflow.gate.evidence import GateEvidence
 
 FIGURES = {
     "passk.png": "pass@k for k = 1..n per method (mean over seeds, band min-max; SFT start dashed)",
@@ -123,7 +123,7 @@ def _header(cfg: CompareConfig, sft: dict[str, float], links: dict[str, str]) ->
 
 def _task_section(cfg: CompareConfig, table: list[dict[str, Any]]) -> list[str]:
     """The task x method table: gains over the start with paired intervals, costs, equal tokens, the gate."""
-    r = cfg.task.registry
+    r = cfg.task.gate
     return [
         "## Task x method",
         "",
@@ -139,15 +139,15 @@ def _task_section(cfg: CompareConfig, table: list[dict[str, Any]]) -> list[str]:
 
 
 def _gate_section(cfg: CompareConfig, verdicts: dict[str, str]) -> list[str]:
-    """The registry's promotion rule and each method's verdict under it."""
+    """The promotion gate's rule and each method's verdict under it."""
     t = cfg.task
     return [
         "## The promotion gate per method",
         "",
-        "The registry's rule (docs/compare.md, 'The promotion gate'), each run against the SFT start on the same "
-        f"problems: a mean paired gain on {t.promotion_metric} of at least {t.registry.min_delta:g}, its "
-        f"{t.registry.confidence:g} paired bootstrap interval above 0, no guard metric "
-        f"({', '.join(t.registry.guard_metrics)}) down by more than {t.registry.guard_max_drop:g}.",
+        "The gate's rule (docs/compare.md, 'The promotion gate'), each run against the SFT start on the same "
+        f"problems: a mean paired gain on {t.gate.metric} of at least {t.gate.min_delta:g}, its "
+        f"{t.gate.confidence:g} paired bootstrap interval above 0, no guard metric "
+        f"({', '.join(t.gate.guard_metrics)}) down by more than {t.gate.guard_max_drop:g}.",
         "",
         *[f"- **{m}**: {v}" for m, v in verdicts.items()],
         "",

@@ -14,9 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from essaflow.judging.config import GateConfig
+from essaflow.gate.config import GateConfig
+from essaflow.gate.decision import decide
+from essaflow.gate.evidence import GateEvidence
 from essaflow.judging.evaluation import EvalReport
-from essaflow.judging.gate import GateEvidence, decide
 
 #: pass@k values the JSON line and the tables carry (those <= n)
 HEADLINE_KS = (1, 4, 16, 64, 256)
@@ -224,12 +225,12 @@ def claims(arms: list[ArmResult], sft: dict[str, float], n: int) -> list[Claim]:
 
 
 def gate_evidence(
-    arms: list[ArmResult], sft: EvalReport, metric: str, ks: list[int], cfg: GateConfig, protocol: str
+    arms: list[ArmResult], sft: EvalReport, ks: list[int], cfg: GateConfig, protocol: str
 ) -> dict[str, list[GateEvidence]]:
-    """The promotion gate (essaflow/judging/gate.py, the registry's rule) per method and seed: each run as the
+    """The promotion gate (essaflow/gate/decision.py) on `cfg.metric` per method and seed: each run as the
     challenger, the SFT start as the champion, paired on the same held-out problems under the same protocol."""
     problems = hashlib.sha256("\n".join(sorted(sft.problem_ids)).encode()).hexdigest()[:16]
-    return {method: [decide(r.report(), sft, metric, ks, cfg, protocol, problems, "sft", "the SFT start")
+    return {method: [decide(r.report(), sft, ks, cfg, protocol, problems, "sft", "the SFT start")
                      for r in runs] for method, runs in by_method(arms).items()}  # fmt: skip
 
 

@@ -6,7 +6,7 @@ equal generated tokens, and the promotion gate's verdict. Rows of several compar
 table (`essaflow compare-table`, docs/compare.md).
 
 The interval pools the seeds: per problem, the mean over seeds of (run - start), then the problems resampled with
-replacement (essaflow/judging/gate.py's percentile bootstrap). It answers "did this method, as run with these seeds,
+replacement (essaflow/gate/paired.py's percentile bootstrap). It answers "did this method, as run with these seeds,
 move this task's held-out problems", the question a user asks of a table; the per-seed intervals stay in the gate's
 evidence.
 """
@@ -20,9 +20,10 @@ from typing import Any
 import numpy as np
 
 from essaflow.compare.results import ArmResult, by_method, pass_at_k_curve
-from essaflow.judging.config import GateConfig
+from essaflow.gate.config import GateConfig
+from essaflow.gate.evidence import GateEvidence
+from essaflow.gate.paired import bootstrap_interval, per_problem
 from essaflow.judging.evaluation import EvalReport
-from essaflow.judging.gate import GateEvidence, bootstrap_interval, per_problem
 
 METRICS = ("greedy", "pass@1")
 """The metrics shown with their paired gain over the start."""

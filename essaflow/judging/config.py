@@ -1,11 +1,10 @@
-"""The `eval` section (the pass@k protocol, evaluation.py) and the `registry` section (the promotion gate, gate.py).
+"""The `eval` section: the pass@k protocol (evaluation.py) and the reward it judges with.
 
 No torch or transformers here, so reading a config stays cheap for the processes that never load a model.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -16,9 +15,6 @@ from essaflow.data.config import HeldOutSourceConfig
 from essaflow.judging.reward_ref import absolute_ref, resolve_reward_ref, split_ref
 from essaflow.judging.rewards import AUTO_REWARD, REWARDS
 from essaflow.sandbox.config import SandboxConfig
-
-#: the guard name standing for pass@k at the largest k of eval.ks
-LARGEST_K = "pass@max"
 
 
 class EvalConfig(StrictConfig):
@@ -90,7 +86,7 @@ class EvalConfig(StrictConfig):
 
     @model_validator(mode="after")
     def _k_within_n(self) -> EvalConfig:
-        if not self.ks:  # nothing to report, and no pass@k for promotion_metric or the guards
+        if not self.ks:  # nothing to report, and no pass@k for gate.metric or the guards
             raise ValueError("ks is empty: list the k of pass@k to report, e.g. [1] or [1, 4, 16]")
         bad = [k for k in self.ks if k > self.samples_per_problem or k < 1]
         if bad:
@@ -115,30 +111,3 @@ class EvalConfig(StrictConfig):
             self.__dict__["reward"] = absolute_ref(self.reward, Path.cwd())
         self.__dict__["reward_digest"] = None if self.reward == AUTO_REWARD else resolve_reward_ref(self.reward).digest
         return self
-
-
-class GateConfig(StrictConfig):
-    """The promotion gate (`registry` section): a paired, noise-aware comparison with the current champion."""
-
-    min_delta: float = Field(0.01, ge=0.0, le=1.0)
-    """Smallest mean paired gain on promotion_metric that promotes (absolute: 0.01 is one point of pass@1). One
-    problem of 128 is 0.78 points, so the default asks for more than one problem's worth on a small eval set."""
-    confidence: float = Field(0.95, gt=0.5, lt=1.0)
-    """Level of the two-sided paired bootstrap interval of the gain; its lower end must be above 0."""
-    guard_metrics: list[str] = ["greedy", LARGEST_K]
-    """Metrics that must not drop by more than guard_max_drop: greedy, pass@k (k in eval.ks), or pass@max (the
-    largest k in eval.ks). The promotion metric itself is not guarded (rules 1-2 judge it)."""
-    guard_max_drop: float = Field(0.02, ge=0.0, le=1.0)
-    """Largest mean paired drop allowed on each guard metric (absolute)."""
-    bootstrap_resamples: int = Field(2000, ge=100)
-    """Bootstrap resamples of the problem set for the interval."""
-    bootstrap_seed: int = 0
-    """Seed of the resampling, so one pair of evaluations always gets the same interval and verdict."""
-    reuse_counts: bool = True
-    """Reuse the champion's stored per-problem counts when its problem set and protocol digests equal this run's
-    (the counts a fresh evaluation would give, with the same seed); false re-evaluates the champion every run."""
-
-    def guards(self, ks: Sequence[int], metric: str) -> list[str]:
-        """The guard metrics as measured names (pass@max resolved against `ks`), without `metric` itself."""
-        names = [f"pass@{max(ks)}" if g == LARGEST_K else g for g in self.guard_metrics]
-        return [g for g in dict.fromkeys(names) if g != metric]

@@ -3,7 +3,7 @@
 Every version of every registered model counts (champion, challenger or neither): a version is in the registry
 until someone deletes it, and `models:/NAME/VERSION` must keep working while it is. A version made by a pipeline
 names its run (`essaflow.run_id`) and the artifacts it came from (the tags `dataset_uri`, `adapter_uri`,
-`storage_run_uri`, `base_model`, set by essaflow/runs/registration.py); its `source` is the logged pyfunc model.
+`storage_run_uri`, `base_model`, set by essaflow/gate/version_tags.py); its `source` is the logged pyfunc model.
 Any error reading the registry propagates: gc then deletes nothing (fail closed).
 """
 
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from essaflow.tracking import RUN_TAG
 from essaflow.tracking.server import client
 
-#: version tags that name an artifact in storage (essaflow/runs/registration.py writes them)
+#: version tags that name an artifact in storage (essaflow/gate/version_tags.py writes them)
 URI_TAGS = ("dataset_uri", "adapter_uri", "base_model")
 RUN_URI_TAG = "storage_run_uri"
 PAGE = 200

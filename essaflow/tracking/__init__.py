@@ -1,5 +1,5 @@
-"""Tracking: the MLflow server, one MLflow run per pipeline run, its metrics, the registered pyfunc model and its
-promotion gate."""
+"""Tracking: the MLflow server, one MLflow run per pipeline run, its metrics, the registered pyfunc model (the
+promotion gate that moves its aliases is essaflow/gate/)."""
 
 from essaflow.secrets import safe_uri, scrub  # noqa: F401  (what tracking masks, for its callers)
 from essaflow.tracking.metrics import (  # noqa: F401
@@ -10,18 +10,16 @@ from essaflow.tracking.metrics import (  # noqa: F401
     logged_steps,
     metric_key,
 )
-from essaflow.tracking.promotion import promote  # noqa: F401
 from essaflow.tracking.registration import (  # noqa: F401
     EMBED_BASE_MAX_BYTES,
     PROMPT_FORMAT_SOURCE,
     PYFUNC_SOURCE,
-    Registration,
     download_registered,
     downloaded_version,
     fetch_version,
     find_version,
     log_adapter_model,
-    register_adapter,
+    register_version,
 )
 from essaflow.tracking.runs import (  # noqa: F401
     FAILURE_TAG,

@@ -1,6 +1,7 @@
-"""Which version `models:/NAME@ALIAS` names, found before anything is evaluated: a missing model or alias is one
-TrackingError naming what the registry holds (no retry can create it), not a dataset prepared and an MLflow run
-opened first. Never imports prefect."""
+"""Which version an alias names: `registered_version` finds the version `models:/NAME@ALIAS` names before anything
+is evaluated (a missing model or alias is one TrackingError naming what MLflow's model registry holds, which no retry
+can create, not a dataset prepared and an MLflow run opened first); `alias_version`, the version or None. Never
+imports prefect."""
 
 from __future__ import annotations
 
@@ -46,3 +47,13 @@ def registered_version(tracking_uri: str, name: str, alias: str) -> str:
         f"models:/{name}@{alias}: model {name!r} at {where} has no alias {alias!r} (its aliases: "
         f"{', '.join(aliases) or 'none'})"
     )
+
+
+def alias_version(c, name: str, alias: str):
+    """The model version `alias` points to with client `c`, or None (no such model or alias)."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return c.get_model_version_by_alias(name, alias)
+    except MlflowException:
+        return None

@@ -1,14 +1,12 @@
-"""The registered model: the adapter logged as an MLflow pyfunc model, one version per pipeline run, the promotion
-gate applied to it, and a version downloaded again for scoring.
+"""The registered model: the adapter logged as an MLflow pyfunc model, one version per pipeline run, and a version
+downloaded again for scoring.
 
 - The adapter is logged as a pyfunc model (`tracking/pyfunc_model.py`, logged as code, with the adapter and, for a
   local base such as builtin:tiny, the base checkpoint as artifacts), so
   `mlflow.pyfunc.load_model("models:/<name>@champion").predict(["12+7="])` returns completions anywhere.
 - Registration is idempotent: the model version carries the pipeline run id as a tag and is looked up first, so a
   retried register stage makes no second version.
-- Promotion gate: alias `champion` moves to the new version only on the gate's paired evidence against the
-  current champion, both scored on the same problems under the same protocol (`tracking/promotion.py`,
-  `judging/gate.py`); otherwise the new version gets `challenger`.
+- Which alias the version gets is the promotion gate's call (essaflow/gate/promotion.py), not this module's.
 
 Never imports prefect.
 """
@@ -19,16 +17,13 @@ import logging
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from essaflow.config import DataConfig, ModelConfig, SamplingConfig
-from essaflow.judging.gate import GateEvidence
 from essaflow.judging.registered import VersionModel
 from essaflow.secrets import scrub
 from essaflow.tracking.metrics import metric_key
-from essaflow.tracking.promotion import CHAMPION, promote, record_evidence
 from essaflow.tracking.runs import RUN_TAG, TrackedRun
 from essaflow.tracking.server import client
 
@@ -103,25 +98,13 @@ def log_adapter_model(
     return f"{c.get_run(run.run_id).info.artifact_uri.rstrip('/')}/model"
 
 
-@dataclass(frozen=True)
-class Registration:
-    name: str
-    version: str
-    aliases: list[str]
-    decision: str
-
-    @property
-    def model_uri(self) -> str:
-        return f"models:/{self.name}/{self.version}"
-
-
 def find_version(c, name: str, run_id: str):
     """The version this pipeline run already registered, if any (what makes registration idempotent)."""
     found = c.search_model_versions(f"name = '{name}' and tags.`{RUN_TAG}` = '{run_id}'")
     return min(found, key=lambda v: int(v.version)) if found else None
 
 
-def register_adapter(
+def register_version(
     run: TrackedRun,
     pipeline_run_id: str,
     name: str,
@@ -133,10 +116,10 @@ def register_adapter(
     metric: str,
     score: float,
     data: DataConfig | None = None,
-    evidence: GateEvidence | None = None,
-) -> Registration:
-    """Register the adapter once per pipeline run, then apply the promotion gate's `evidence` (None: only a first
-    version becomes champion) and record it on the version (tags, gate/evidence.json in the run).
+) -> str:
+    """The version number of the adapter registered as `name` by this pipeline run: registered now (its pyfunc
+    model logged in `run`, tagged with `tags`, the run id and its `metric`'s `score`), or found when a retry
+    already registered it.
 
     `data` is the run's data config: the registered model stores its prompt formatting (see log_adapter_model)."""
     from mlflow.exceptions import MlflowException
@@ -163,11 +146,7 @@ def register_adapter(
         log.info(
             "%s version %s already registered by run %s; not registering again", name, version.version, pipeline_run_id
         )
-    aliases, decision = promote(c, name, str(version.version), metric, score, evidence)
-    c.set_model_version_tag(name, str(version.version), "promotion", decision)
-    if evidence is not None and decision != f"already {CHAMPION}":  # a retry after the alias moved keeps its evidence
-        record_evidence(c, name, str(version.version), run.run_id, evidence, decision)
-    return Registration(name, str(version.version), aliases, decision)
+    return str(version.version)
 
 
 def download_registered(tracking_uri: str, name: str, version: str, dst: Path) -> dict[str, Any]:

@@ -36,9 +36,9 @@ def test_the_cli_and_check_config_start_without_torch():
 
 
 def test_tracking_the_gate_and_the_flows_import_without_torch():
-    # the gate reads reports and registry tags, gc deletes storage; `prefect deploy` imports every flow, and a task
-    # body imports the model stack where it runs
-    code = "import essaflow.tracking, essaflow.judging.gate, flows.gc, flows.finetune, flows.compare, flows.evaluate"
+    # the gate reads reports and the model registry's tags, gc deletes storage; `prefect deploy` imports every flow,
+    # and a task body imports the model stack where it runs
+    code = "import essaflow.tracking, essaflow.gate.register, flows.gc, flows.finetune, flows.compare, flows.evaluate"
     assert [m for m in _imported(code) if m in ("torch", "transformers", "peft")] == []
 
 

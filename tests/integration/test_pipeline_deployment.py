@@ -72,7 +72,7 @@ def test_deploy_all_creates_the_three_deployments_with_schedules_and_a_form(depl
     schema = deps["finetune-essa"].parameter_openapi_schema
     config = schema["definitions"]["ESSAPipelineConfig"]["properties"]
     assert config["method"]["enum"] == ["essa"] and "grpo" not in config and "GRPOConfig" not in schema["definitions"]
-    assert config["data"]["title"] == "data" and "description" in config["promotion_metric"]
+    assert config["data"]["title"] == "data" and "description" in config["gate"]
     assert schema["definitions"]["ESSAConfig"]["properties"]["population"]["type"] == "integer"
     assert schema["properties"]["config"]["default"]["essa"]["strategy"] == "es"  # configs/tiny-essa.yaml
     assert deps["finetune-essa"].parameters == {} and deps["finetune-fgrpo"].parameters == {}

@@ -13,6 +13,7 @@ import pytest
 from essaflow import tracking
 from essaflow.artifacts import manifest_digest
 from essaflow.config import parse_config
+from essaflow.gate import promotion
 from essaflow.storage import MANIFEST, open_store
 from essaflow.training import run as training
 from tests.integration.pipeline_support import task_run_states, tiny
@@ -49,7 +50,7 @@ def _committed_only(store, prefix: str) -> list[str]:
 
 
 def test_a_registration_retried_after_success_makes_no_second_version(stack_in_process, short_backoff, monkeypatch):
-    real, calls = tracking.register_adapter, []
+    real, calls = promotion.register_with_gate, []
 
     def lost_reply(*args, **kwargs):  # the version is created, then the connection drops before the reply
         calls.append(real(*args, **kwargs))
@@ -57,7 +58,7 @@ def test_a_registration_retried_after_success_makes_no_second_version(stack_in_p
             raise ConnectionResetError("connection reset after the registry committed")
         return calls[-1]
 
-    monkeypatch.setattr(tracking, "register_adapter", lost_reply)
+    monkeypatch.setattr(promotion, "register_with_gate", lost_reply)
     result = _finetune({"name": "retry-register", "method": "none"})
 
     assert len(calls) == 2 and calls[0].version == calls[1].version == result.model_version

@@ -15,15 +15,16 @@ from essaflow import tracking
 from essaflow.artifacts import publish_eval, read_eval_report
 from essaflow.config import EvalConfig, ModelConfig, PipelineConfig, SamplingConfig
 from essaflow.data.synthetic import synthetic_problems
-from essaflow.judging.config import GateConfig
+from essaflow.gate.champion import eval_identity_tags, reusable_report_uri
+from essaflow.gate.config import GateConfig
+from essaflow.gate.decision import decide, first_version
+from essaflow.gate.digests import problems_digest, protocol_digest
+from essaflow.gate.promotion import EVIDENCE_ARTIFACT, Registration, register_with_gate
 from essaflow.judging.evaluation import EvalReport
-from essaflow.judging.gate import decide, first_version, problems_digest, protocol_digest
 from essaflow.judging.model_eval import evaluate_adapter
 from essaflow.judging.registered import evaluate_version
 from essaflow.refs import RunRef
 from essaflow.storage import open_store
-from essaflow.tracking.champion import eval_identity_tags, reusable_report_uri
-from essaflow.tracking.promotion import EVIDENCE_ARTIFACT
 
 pytestmark = pytest.mark.integration
 
@@ -49,10 +50,10 @@ def _run(url: str, name: str, storage: str, run_id: str) -> tuple[tracking.Track
     return tracked, ref
 
 
-def _register(tracked, run_id, name, model, report: EvalReport, evidence, tags=None) -> tracking.Registration:
+def _register(tracked, run_id, name, model, report: EvalReport, evidence, tags=None) -> Registration:
     cfg, adapter = model
-    return tracking.register_adapter(tracked, run_id, name, adapter, cfg, cfg.name_or_path, SAMPLING,
-                                     tags or {}, "pass@1", report.pass_at_k["1"], evidence=evidence)  # fmt: skip
+    return register_with_gate(tracked, run_id, name, adapter, cfg, cfg.name_or_path, SAMPLING,
+                              tags or {}, "pass@1", report.pass_at_k["1"], evidence=evidence)  # fmt: skip
 
 
 def test_the_champion_is_re_evaluated_on_a_changed_protocol_and_the_evidence_is_recorded(
@@ -87,7 +88,7 @@ def test_the_champion_is_re_evaluated_on_a_changed_protocol_and_the_evidence_is_
     # the same weights (downloaded from the registry) under the same protocol: the same per-problem outcomes
     assert champion.correct_counts == challenger.correct_counts
     assert champion.greedy_correct == challenger.greedy_correct
-    evidence = decide(challenger, champion, "pass@1", KS, GateConfig(), proto2, probs, v1.version, "re-evaluated")
+    evidence = decide(challenger, champion, KS, GateConfig(), proto2, probs, v1.version, "re-evaluated")
     tracked2, _ = _run(url, name, storage, "gate-run-2")
     v2 = _register(tracked2, "gate-run-2", name, tiny_adapter, challenger, evidence)
     assert v2.aliases == ["challenger"] and f"does not beat v{v1.version}" in v2.decision
@@ -107,7 +108,7 @@ def test_the_champion_is_re_evaluated_on_a_changed_protocol_and_the_evidence_is_
     # run 3: a paired win measured against v1 moves the alias; run 4's evidence against v1 is stale then
     better = EvalReport(24, 4, 1.0, {"1": 1.0, "2": 1.0, "4": 1.0}, [4] * 24, champion.problem_ids,
                         greedy_correct=[1] * 24)  # fmt: skip
-    win = decide(better, champion, "pass@1", KS, GateConfig(), proto2, probs, v1.version, "re-evaluated")
+    win = decide(better, champion, KS, GateConfig(), proto2, probs, v1.version, "re-evaluated")
     tracked3, _ = _run(url, name, storage, "gate-run-3")
     v3 = _register(tracked3, "gate-run-3", name, tiny_adapter, better, win)
     assert win.promotes and v3.aliases == ["champion"] and "paired +" in v3.decision

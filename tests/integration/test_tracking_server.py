@@ -13,6 +13,7 @@ import torch
 from devstack import free_port
 from essaflow import tracking
 from essaflow.config import ModelConfig, PipelineConfig, SamplingConfig
+from essaflow.gate.promotion import Registration, register_with_gate
 from tests.support.pyfunc import greedy_answers
 
 pytestmark = pytest.mark.integration
@@ -61,10 +62,10 @@ def mlrun(mlflow_server, monkeypatch):
     return name, run_id, tracking.start_run(PipelineConfig(name=name), mlflow_server.url, run_id, {})
 
 
-def _register(mlrun, micro_adapter, score: float, pipeline_run_id: str | None = None) -> tracking.Registration:
+def _register(mlrun, micro_adapter, score: float, pipeline_run_id: str | None = None) -> Registration:
     name, run_id, tracked = mlrun
     cfg, base, adapter = micro_adapter
-    return tracking.register_adapter(
+    return register_with_gate(
         tracked,
         pipeline_run_id or run_id,
         name,

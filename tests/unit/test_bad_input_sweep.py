@@ -228,8 +228,8 @@ WRITTEN = {
     "held-out-jsonl-as-hf": (["eval.data={source: hf, path: test.jsonl}"], "eval.data: eval.data.path 'test.jsonl' "
                              "names data files, but eval.data.source is 'hf' (a hub dataset id or a save_to_disk "
                              "directory): set eval.data.source=file"),
-    "promotion-unmeasured": (["promotion_metric=pass@64"], "promotion_metric 'pass@64' is not measured; choose from "
-                             "['greedy', 'pass@1', 'pass@16', 'pass@2', 'pass@4', 'pass@8']"),
+    "gate-metric-unmeasured": (["gate.metric=pass@64"], "gate.metric 'pass@64' is not measured; choose from "
+                               "['greedy', 'pass@1', 'pass@16', 'pass@2', 'pass@4', 'pass@8']"),
     "int4-float32": (["model.quantization=int4"], "model: model.quantization=int4 needs model.dtype=bfloat16 "
                      "(torchao's int4 tinygemm kernel), got float32"),
 }  # fmt: skip

@@ -21,7 +21,7 @@ from essaflow.compare.results import (
 )
 from essaflow.compare.scaling import compare_projection
 from essaflow.config_base import ConfigError
-from essaflow.judging.config import GateConfig
+from essaflow.gate.config import GateConfig
 from essaflow.judging.evaluation import EvalReport, pass_at_k
 
 REPO = Path(__file__).resolve().parents[3]
@@ -182,7 +182,7 @@ def _lifted_runs() -> tuple[EvalReport, list[ArmResult]]:
 def test_gate_verdicts_apply_the_registrys_paired_rule_seed_by_seed():
     sft, arms = _lifted_runs()
     sft_counts = sft.correct_counts
-    evidence = gate_evidence(arms, sft, "pass@1", [1, 4, 16], GateConfig(), "proto")
+    evidence = gate_evidence(arms, sft, [1, 4, 16], GateConfig(), "proto")
     verdicts = gate_verdicts(evidence, arms)
     assert all(abs(e.diff) < 0.01 and e.ci_low < 0 < e.ci_high and not e.promotes for e in evidence["essa"])
     assert verdicts["essa"].startswith("would not promote") and "0/3 seeds" in verdicts["essa"]

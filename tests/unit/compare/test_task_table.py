@@ -10,14 +10,14 @@ import pytest
 
 from essaflow.compare import task_table
 from essaflow.compare.results import gate_evidence
-from essaflow.judging.config import GateConfig
+from essaflow.gate.config import GateConfig
 from tests.unit.compare.test_compare import _lifted_runs
 
 
 def _rows(task: str = "arith"):
     sft, arms = _lifted_runs()
     summary = {"greedy": sft.greedy, "pass@1": sum(sft.correct_counts) / 128 / 256}
-    evidence = gate_evidence(arms, sft, "pass@1", [1, 4, 16], GateConfig(), "proto")
+    evidence = gate_evidence(arms, sft, [1, 4, 16], GateConfig(), "proto")
     return {r["method"]: r for r in task_table.task_rows(task, arms, sft, summary, evidence, GateConfig())}
 
 
@@ -44,7 +44,7 @@ def test_greedy_at_equal_tokens_reads_each_run_at_the_fewest_tokens_any_method_g
     assert task_table.greedy_at_tokens(long, 1000) == 0.35  # its last check within 1,000 tokens
     assert task_table.greedy_at_tokens(long, 4000) == long.summary["greedy"]  # the final evaluation
     assert task_table.greedy_at_tokens(short, 1000) == short.summary["greedy"]
-    evidence = gate_evidence([long, short], sft, "pass@1", [1], GateConfig(), "proto")
+    evidence = gate_evidence([long, short], sft, [1], GateConfig(), "proto")
     rows = task_table.task_rows("t", [long, short], sft, {"greedy": 0.3, "pass@1": 0.3}, evidence, GateConfig())
     assert rows[1]["equal_tokens"] == 1000 and rows[1]["equal_tokens_greedy"] == 0.35
 

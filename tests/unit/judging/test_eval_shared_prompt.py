@@ -9,8 +9,8 @@ import pytest
 
 from essaflow.config import EvalConfig, ModelConfig, SamplingConfig
 from essaflow.data.synthetic import synthetic_problems
+from essaflow.gate.digests import protocol_digest
 from essaflow.generation.sampling import TransformersGenerator, VLLMGenerator
-from essaflow.judging.gate import protocol_digest
 from essaflow.judging.model_eval import evaluate_transformers
 from essaflow.model.loading import load_base_model, load_tokenizer, resolve_model_path
 

@@ -392,8 +392,8 @@ def test_the_packages_named_are_importable_and_no_other():
 
 
 def test_the_packages_are_part_of_the_protocol():
+    from essaflow.gate.digests import protocol_digest
     from essaflow.judging.config import EvalConfig
-    from essaflow.judging.gate import protocol_digest
 
     sampling = SimpleNamespace(temperature=1.0, top_p=1.0, max_new_tokens=64)
     plain = EvalConfig(reward="code_tests")

@@ -28,7 +28,8 @@ def test_metric_names_have_no_at_sign():
     assert metric_key("pass@16") == "pass_at_16"
 
 
-def test_the_promotion_metric_must_be_measured():
-    assert load_config(None, ["promotion_metric=greedy"]).promotion_metric == "greedy"
-    with pytest.raises(ConfigError, match="promotion_metric 'pass@3' is not measured"):
-        load_config(None, ["promotion_metric=pass@3"])
+def test_the_gate_metric_must_be_measured():
+    assert load_config(None, ["gate.metric=greedy"]).gate.metric == "greedy"
+    assert flat_params(load_config(None, ["gate.metric=greedy"]))["gate.metric"] == "greedy"
+    with pytest.raises(ConfigError, match="gate.metric 'pass@3' is not measured"):
+        load_config(None, ["gate.metric=pass@3"])

@@ -1,5 +1,5 @@
 """The register step's decision and tags, from stored reports and a file store, without MLflow or the orchestrator
-(essaflow/runs/registration.py)."""
+(essaflow/gate/register.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,11 @@ import json
 from essaflow.artifacts import dataset_name, publish_dataset, publish_eval, read_eval_report
 from essaflow.config import PipelineConfig
 from essaflow.data.prepare import prepare_splits
+from essaflow.gate.candidate import Candidate, decide_candidate
+from essaflow.gate.register import RegisteredVersion
+from essaflow.gate.version_tags import registration_tags
 from essaflow.judging.evaluation import EvalReport
 from essaflow.refs import AdapterRef, ChampionRef, ModelRef, RegisteredRef, RunRef, TrainingSummary
-from essaflow.runs.registration import Candidate, RegisteredVersion, judge, registration_tags
 from essaflow.storage import open_store
 from essaflow.timing import Timer
 
@@ -47,14 +49,14 @@ def _candidate(tmp_path, champion_greedy: list[int] | None) -> tuple[RunRef, Can
 
 def test_a_first_version_promotes_and_its_tags_say_how_it_was_made(tmp_path):
     run, candidate = _candidate(tmp_path, champion_greedy=None)
-    judged = judge(CFG, candidate, _report([1], ["x"]), Timer())
-    assert judged.evidence.verdict == "promote" and judged.evidence.reason == "no champion yet"
+    decided = decide_candidate(CFG, candidate, _report([1], ["x"]), Timer())
+    assert decided.evidence.verdict == "promote" and decided.evidence.reason == "no champion yet"
 
-    tags = registration_tags(CFG, run, candidate, judged)
+    tags = registration_tags(CFG, run, candidate, decided)
     assert tags["method"] == "essa" and tags["method_label"] == "ESSA(es, accuracy)"
     assert tags["fitness_kind"] == "black-box reward" and tags["base_model"] == "builtin:tiny"
     assert json.loads(tags["pass_at_k"]) == {"greedy": 1.0, "pass@1": 1.0}
-    assert tags["essaflow.eval_problems_digest"] == judged.problems_digest
+    assert tags["essaflow.eval_problems_digest"] == decided.problems_digest
     assert tags["essaflow.eval_report_uri"] == candidate.after.uri
     assert tags["storage_run_uri"] == f"{run.storage_uri.rstrip('/')}/runs/run-2"
     assert tags["prefect.flow_run_id"] == "flow-2" and "essaflow.data_config" in tags
@@ -62,11 +64,12 @@ def test_a_first_version_promotes_and_its_tags_say_how_it_was_made(tmp_path):
 
 def test_a_challenger_that_ties_the_champion_keeps_it(tmp_path):
     _, candidate = _candidate(tmp_path, champion_greedy=[1])
-    judged = judge(CFG, candidate, read_eval_report(candidate.after), Timer())  # the champion's stored report
-    assert judged.evidence.verdict == "keep" and judged.evidence.champion_version == "1"
-    assert judged.evidence.diff == 0.0
+    stored = read_eval_report(candidate.after)  # the champion's stored report
+    decided = decide_candidate(CFG, candidate, stored, Timer())
+    assert decided.evidence.verdict == "keep" and decided.evidence.champion_version == "1"
+    assert decided.evidence.diff == 0.0
 
     ref = RegisteredRef(name="tiny", version="2", aliases=["challenger"], decision="kept", model_uri="models:/tiny/2",
-                        gate=judged.evidence.to_dict())  # fmt: skip
-    page = RegisteredVersion(ref, judged.evidence).gate_markdown()
+                        gate=decided.evidence.to_dict())  # fmt: skip
+    page = RegisteredVersion(ref, decided.evidence).gate_markdown()
     assert page.startswith("# Promotion gate: tiny v2") and page.endswith("Decision: kept\n")

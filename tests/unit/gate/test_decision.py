@@ -1,4 +1,4 @@
-"""The promotion gate's paired rule (essaflow/judging/gate.py) on per-problem outcomes: a clear win promotes, a gain
+"""The promotion gate's paired rule (essaflow/gate/decision.py) on per-problem outcomes: a clear win promotes, a gain
 within the noise of the problem set does not, a guard drop blocks, and stored counts are reused only when the
 problem set and the protocol match by digest."""
 
@@ -7,22 +7,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from essaflow.config import load_config
+from essaflow.config import ConfigError, load_config
 from essaflow.data.schema import Problem
+from essaflow.gate.champion import eval_identity_tags, reusable_report_uri
+from essaflow.gate.config import GateConfig
+from essaflow.gate.decision import decide, first_version
+from essaflow.gate.digests import problems_digest, protocol_digest
+from essaflow.gate.evidence import KEEP, PROMOTE
+from essaflow.gate.paired import GateError
 from essaflow.generation.config import SamplingConfig
 from essaflow.judging.config import EvalConfig
 from essaflow.judging.evaluation import EvalReport, pass_at_k
-from essaflow.judging.gate import (
-    KEEP,
-    PROMOTE,
-    GateConfig,
-    GateError,
-    decide,
-    first_version,
-    problems_digest,
-    protocol_digest,
-)
-from essaflow.tracking.champion import eval_identity_tags, reusable_report_uri
 
 KS = [1, 4, 16]
 
@@ -45,8 +40,8 @@ def _models(rng, problems: int, n: int, lift: float, greedy_lift: float = 0.0):
     return _report(chal, g_chal, n), _report(champ, g_champ, n)
 
 
-def _decide(chal, champ, cfg: GateConfig | None = None, metric: str = "pass@1"):
-    return decide(chal, champ, metric, KS, cfg or GateConfig(), "proto", "probs", "3")
+def _decide(chal, champ, cfg: GateConfig | None = None):
+    return decide(chal, champ, KS, cfg or GateConfig(), "proto", "probs", "3")
 
 
 def test_a_clear_paired_win_promotes_with_its_evidence():
@@ -81,11 +76,11 @@ def test_a_significant_gain_below_min_delta_does_not_promote():
     g = rng.integers(0, 2, 400)
     chal, champ = _report(chal_counts, g), _report(champ_counts, g)
     ev = _decide(chal, champ, GateConfig(min_delta=0.02))
-    assert ev.ci_low > 0 and ev.verdict == KEEP and "below registry.min_delta=0.02" in ev.reason
+    assert ev.ci_low > 0 and ev.verdict == KEEP and "below gate.min_delta=0.02" in ev.reason
     assert _decide(chal, champ, GateConfig(min_delta=0.005)).verdict == PROMOTE
 
 
-def test_a_guard_drop_blocks_a_win_on_the_promotion_metric():
+def test_a_guard_drop_blocks_a_win_on_the_gate_metric():
     chal, champ = _models(np.random.default_rng(3), 128, 16, lift=0.12, greedy_lift=-0.25)
     ev = _decide(chal, champ)
     assert ev.ci_low > 0.01 and ev.verdict == KEEP
@@ -101,10 +96,10 @@ def test_a_tie_keeps_the_champion_and_the_interval_is_reproducible():
     assert (_decide(a, b).ci_low, _decide(a, b).ci_high) == (_decide(a, b).ci_low, _decide(a, b).ci_high)
 
 
-def test_greedy_as_the_promotion_metric_pairs_greedy_outcomes():
+def test_greedy_as_the_gate_metric_pairs_greedy_outcomes():
     champ = _report([4] * 50, [0] * 25 + [1] * 25)
     chal = _report([4] * 50, [1] * 50)
-    ev = _decide(chal, champ, metric="greedy")
+    ev = _decide(chal, champ, GateConfig(metric="greedy"))
     assert ev.diff == pytest.approx(0.5) and ev.verdict == PROMOTE and "greedy" not in ev.guards
 
 
@@ -140,9 +135,23 @@ def test_stored_counts_are_reused_only_when_problems_and_protocol_match():
     assert reusable_report_uri({}, probs, proto) is None  # a version that recorded nothing
 
 
-def test_the_gate_is_configured_under_registry():
-    cfg = load_config(None, ["registry.min_delta=0.02", "registry.guard_metrics=[greedy, pass@4]"])
-    assert cfg.registry.min_delta == 0.02 and cfg.registry.guards(cfg.eval.ks, "pass@1") == ["greedy", "pass@4"]
-    assert GateConfig().guards([1, 4, 16], "pass@1") == ["greedy", "pass@16"]
-    with pytest.raises(ValueError, match="registry.guard_metrics"):
-        load_config(None, ["registry.guard_metrics=[pass@99]"])
+def test_the_gate_is_configured_under_gate():
+    cfg = load_config(None, ["gate.min_delta=0.02", "gate.guard_metrics=[greedy, pass@4]", "gate.metric=greedy"])
+    assert cfg.gate.min_delta == 0.02 and cfg.gate.guards(cfg.eval.ks) == ["pass@4"]  # greedy is the metric
+    assert GateConfig().guards([1, 4, 16]) == ["greedy", "pass@16"]
+    with pytest.raises(ConfigError, match=r"gate\.guard_metrics \['pass@99'\] are not measured"):
+        load_config(None, ["gate.guard_metrics=[pass@99]"])
+    with pytest.raises(ConfigError, match="gate.metric 'pass@3' is not measured"):
+        load_config(None, ["gate.metric=pass@3"])
+
+
+@pytest.mark.parametrize(
+    ("override", "names"),
+    [("registry.min_delta=0.02", "registry is gone: the promotion gate's settings are the `gate` section"),
+     ("promotion_metric=greedy", "promotion_metric is gone: the metric the gate promotes on is gate.metric")],
+)  # fmt: skip
+def test_the_keys_the_gate_section_replaced_are_refused_naming_it(override, names):
+    with pytest.raises(ConfigError) as raised:
+        load_config(None, [override])
+    said = str(raised.value)
+    assert said.startswith(f"invalid config: {names}") and "unknown key" not in said
