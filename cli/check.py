@@ -8,8 +8,10 @@ from typing import Annotated
 import typer
 
 from cli.common import ConfigOpt, SetOpt, load, refuse
-from essaflow.checks.machine import machine_problems
+from essaflow.checks.findings import Findings
+from essaflow.checks.memory_plan import memory_findings
 from essaflow.checks.notes import config_notes
+from essaflow.checks.preflight import config_findings
 from essaflow.config import PipelineConfig
 from essaflow.secrets import mask_passwords
 
@@ -55,72 +57,35 @@ def check_config(
     cfg = load(config, set_, json_line=False)
     for note in config_notes(cfg):
         typer.echo(note, err=True)
-    problems = _environment_problems(cfg, inputs if machine is None else machine)
-    problems = _input_problems(cfg) + problems if inputs else problems
-    if problems:
-        refuse(problems, json_line=False)
-    _memory_plan(cfg)
+    _report(config_findings(cfg, inputs, inputs if machine is None else machine))
+    _report(memory_findings(cfg))
     if cluster:
         _check_cluster(cfg)
     typer.echo(mask_passwords(cfg.model_dump_json(indent=2)))  # a tracking_uri's password stays off the screen
 
 
-def _input_problems(cfg: PipelineConfig) -> list[str]:
-    """The model and data the config names, then its reward tried on the data: their notes on stderr, their
-    problems returned (a sandbox that cannot start for code_tests is one of them, not a traceback)."""
-    from essaflow.input_check import check_inputs
-    from essaflow.judging.reward_check import check_reward
-    from essaflow.sandbox.bubblewrap import SandboxUnavailable
-
-    report = check_inputs(cfg.model, cfg.data, cfg.eval.data)
-    sandbox: list[str] = []
-    try:
-        reward = check_reward(cfg.eval, cfg.data) if not report.problems else None
-    except SandboxUnavailable as err:  # its message names the field and the fix
-        reward, sandbox = None, [str(err)]
-    for note in report.notes + (reward.notes if reward else []):
+def _report(found: Findings) -> None:
+    """A check's notes on stderr (URI passwords masked), then its problems refused: one `error:` line each, exit
+    status 2."""
+    for note in found.notes:
         typer.echo(mask_passwords(note), err=True)
-    return report.problems + (reward.problems if reward else []) + sandbox
+    if found.problems:
+        refuse(found.problems, json_line=False)
 
 
 def _check_cluster(cfg: PipelineConfig) -> None:
-    """--cluster: the run's Ray head answers (in seconds, naming its address), and its nodes hold the training
-    workers; the nodes listed on stderr. One `error:` line and exit status 1 otherwise."""
-    from essaflow.cluster import ClusterCapacityError, ClusterUnreachable, connect, describe_cluster
-    from essaflow.cluster.preflight import check_training_fits, joins_existing_cluster
-
-    if not joins_existing_cluster(cfg.ray_address):
-        typer.echo("no cluster to check: neither ray_address nor RAY_ADDRESS is set (a local Ray starts)", err=True)
-    else:
-        try:
-            request = check_training_fits(cfg.cluster_request(), cfg.ray_address)
-            connect(cfg.ray_address, log_to_driver=False)  # method none: joined here, for the node listing
-        except (ClusterCapacityError, ClusterUnreachable) as err:
-            typer.echo(f"error: {type(err).__name__}: {err}", err=True)
-            raise typer.Exit(1) from None
-        for n in describe_cluster():
-            typer.echo(
-                f"node {n.node_id[:8]} {'head' if n.is_head else 'worker'}: {n.cpus:g} CPU, {n.gpus:g} GPU",
-                err=True,
-            )
-        typer.echo(f"training workers fit: {request or 'training uses no Ray workers'}", err=True)
-
-
-def _memory_plan(cfg: PipelineConfig) -> None:
-    """F-GRPO with grpo.workers.gpu_memory_gib: each rank's estimated peak, refused when it cannot fit."""
-    from essaflow.grpo.memory_plan import ConfigPlan, plan_config
+    """--cluster: the lines of essaflow.checks.cluster.cluster_report on stderr; one `error:` line and exit status 1
+    when the head does not answer or its nodes cannot hold the training workers."""
+    from essaflow.checks.cluster import cluster_report
+    from essaflow.cluster import ClusterCapacityError, ClusterUnreachable
 
     try:
-        result = plan_config(cfg)
-    except ValueError as err:  # no prompt cap, or a config.json that is no decoder the plan knows
-        refuse([str(err)], json_line=False)
-    if isinstance(result, str):
-        typer.echo(result, err=True)
-    elif isinstance(result, ConfigPlan):
-        for note in result.notes():
-            typer.echo(note, err=True)
-        if result.problem():
-            refuse([result.problem()], json_line=False)
+        lines = cluster_report(cfg.cluster_request(), cfg.ray_address)
+    except (ClusterCapacityError, ClusterUnreachable) as err:
+        typer.echo(f"error: {type(err).__name__}: {err}", err=True)
+        raise typer.Exit(1) from None
+    for line in lines:
+        typer.echo(line, err=True)
 
 
 #: top-level keys only a compare config has (essaflow/compare/config.py)
@@ -151,28 +116,7 @@ def _check_compare(path: Path, set_: list[str] | None, inputs: bool) -> None:
     typer.echo(f"note: {path} is a compare config ({len(cfg.arms())} runs: methods x seeds); run it with "
                f"`essaflow compare {path}`", err=True)  # fmt: skip
     if inputs:
-        from essaflow.input_check import check_inputs
+        from essaflow.checks.preflight import check_inputs
 
-        report = check_inputs(cfg.task.model, cfg.task.data, cfg.task.eval.data)
-        for note in report.notes:
-            typer.echo(mask_passwords(note), err=True)
-        if report.problems:
-            refuse(report.problems, json_line=False)
+        _report(check_inputs(cfg.task.model, cfg.task.data, cfg.task.eval.data))
     typer.echo(mask_passwords(cfg.model_dump_json(indent=2)))
-
-
-def _environment_problems(cfg: PipelineConfig, machine: bool) -> list[str]:
-    """What this process's environment and machine lack: a tracking URI the run would read from MLFLOW_TRACKING_URI
-    (tracking_uri unset) that breaks the config's rule, a numeric variable that is no number, a cache directory
-    that cannot be written, S3 variables boto3 refuses; with `machine`, a GPU or vllm the config asks for."""
-    import os
-
-    from essaflow.checks.environment import environment_problems
-    from essaflow.checks.service_uris import tracking_uri_problem
-
-    env = os.environ.get("MLFLOW_TRACKING_URI")
-    problem = tracking_uri_problem(env) if cfg.tracking_uri is None and env else None
-    problems = [f"MLFLOW_TRACKING_URI (tracking_uri is unset): {problem}"] if problem else []
-    problems += environment_problems(cfg)
-    hint = " (--no-machine: a config meant for another machine)"
-    return problems + [p + hint for p in machine_problems(cfg)] if machine else problems

@@ -34,12 +34,17 @@ from typing import Any, Literal, Union, get_args, get_origin
 import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
-from essaflow.checks.service_uris import registered_name_problem, storage_uri_problem, tracking_uri_problem
-from essaflow.checks.yaml_keys import DuplicateKeyError, load_yaml
 from essaflow.cluster.address import ray_address_problem
 from essaflow.cluster.config import ESSAWorkersConfig, GRPOWorkersConfig, RayWorkersConfig
 from essaflow.cluster.request import TrainingRequest
 from essaflow.config_base import ConfigError, StrictConfig, changed_trajectory, trajectory_values
+from essaflow.config_rules import (
+    DuplicateKeyError,
+    load_yaml,
+    registered_name_problem,
+    storage_uri_problem,
+    tracking_uri_problem,
+)
 from essaflow.data.config import EVALUATION_SOURCES, DataConfig, SyntheticTaskConfig
 from essaflow.essa.config import ESSAConfig
 from essaflow.generation.config import SamplingConfig
@@ -100,7 +105,7 @@ class PipelineConfig(StrictConfig):
 
     def cluster_request(self) -> TrainingRequest | None:
         """The Ray workers this run's training asks for: its method's request (None: method none, or training in
-        process). `essaflow.cluster.preflight.check_training_fits` checks it against a cluster."""
+        process). `essaflow.checks.cluster.check_training_fits` checks it against a cluster."""
         method = {"essa": self.essa, "fgrpo": self.grpo}.get(self.method)
         return None if method is None else method.cluster_request()
 
@@ -169,7 +174,7 @@ class PipelineConfig(StrictConfig):
 
 
 def _refuse(problem: str | None, value: Any) -> Any:
-    """A field validator's verdict from a rule (essaflow/checks/service_uris.py): the value, or the problem."""
+    """A field validator's verdict from a rule (essaflow/config_rules.py): the value, or the problem."""
     if problem:
         raise ValueError(problem)
     return value

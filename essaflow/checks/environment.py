@@ -1,6 +1,7 @@
 """The environment variables a run reads, checked before any compute: each numeric one a number in range, the
-cache directory writable, and (where the config reads or writes s3://) the S3 endpoint and region in a form boto3
-takes. Each problem is one line naming the variable, its value and the fix; no boto3 is imported here."""
+cache directory writable, (where the config reads or writes s3://) the S3 endpoint and region in a form boto3
+takes, and (for check-config) the MLFLOW_TRACKING_URI a config without tracking_uri reads.
+Each problem is one line naming the variable, its value and the fix; no boto3 is imported here."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import os
 from typing import Any
 
 from essaflow.config_base import ConfigError
+from essaflow.config_rules import tracking_uri_problem
 from essaflow.environment import numeric_env_problems
 from essaflow.storage.cache_dir import cache_dir_problem
 from essaflow.storage.s3 import s3_env_problems
@@ -42,3 +44,11 @@ def require_environment(cfg: Any) -> None:
     problems = environment_problems(cfg)
     if problems:
         raise ConfigError("; ".join(problems))
+
+
+def tracking_env_problems(cfg: Any) -> list[str]:
+    """MLFLOW_TRACKING_URI, when `cfg` (a PipelineConfig) leaves tracking_uri unset and so reads it, breaking the
+    tracking_uri rule (essaflow/config_rules.py): what check-config says of it (a run finds it when it connects)."""
+    env = os.environ.get("MLFLOW_TRACKING_URI")
+    problem = tracking_uri_problem(env) if cfg.tracking_uri is None and env else None
+    return [f"MLFLOW_TRACKING_URI (tracking_uri is unset): {problem}"] if problem else []

@@ -35,7 +35,7 @@ def vllm_installed() -> bool:
 
 def _runs_on_a_cluster(cfg: Any) -> bool:
     """F-GRPO ranks on Ray Train run on the cluster's nodes, which may have GPUs this machine lacks."""
-    from essaflow.cluster.preflight import joins_existing_cluster
+    from essaflow.checks.cluster import joins_existing_cluster
 
     return cfg.method == "fgrpo" and cfg.cluster_request() is not None and joins_existing_cluster(cfg.ray_address)
 

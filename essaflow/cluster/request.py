@@ -1,11 +1,12 @@
 """What a training method asks of Ray: `TrainingRequest`, stated by each method's config (`cluster_request()`) and
-checked by this package against what the cluster has (`preflight.py`, `placement.py`)."""
+checked against what the cluster has (:func:`check_fits` here, `placement.py`; before any compute,
+essaflow/checks/cluster.py)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from essaflow.cluster.placement import bundle_for
+from essaflow.cluster.placement import bundle_for, check_capacity, describe_cluster
 
 
 @dataclass(frozen=True)
@@ -33,3 +34,12 @@ class TrainingRequest:
     def __str__(self) -> str:
         gpus = "auto" if self.gpus is None else f"{self.gpus:g}"
         return f"{self.workers} x {{CPU: {self.cpus:g}, GPU: {gpus}}} ({self.strategy})"
+
+
+def check_fits(request: TrainingRequest) -> TrainingRequest:
+    """``request`` against the connected cluster's alive nodes; ClusterCapacityError if its workers can never be
+    placed. Returns the request with its GPUs settled for this cluster."""
+    nodes = describe_cluster()
+    settled = request.on(any(n.gpus for n in nodes))
+    check_capacity(settled.workers, settled.bundle, [n.resources for n in nodes], settled.strategy)
+    return settled

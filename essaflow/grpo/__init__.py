@@ -4,7 +4,6 @@ advantages.py    group-normalised advantages + focal weight, registry `register_
 losses.py        policy losses, registry `register_loss`; KL and aggregation
 rollout.py       prompts per step, batch-invariant sampling, rewards, log-probs
 config.py        GRPOConfig, and what it asks of a Ray cluster
-memory_plan.py   each rank's estimated peak memory, from config.json alone (check-config)
 batch_split.py   the rows of each global mini-batch and micro-batch, their global counts, frozen log-probs
 metrics.py       the step's sums, clocks and byte counters, and its global StepMetrics
 worker_group.py  a worker's place in the DDP group and the bytes it all-reduces

@@ -26,8 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from essaflow import cluster
-from essaflow.cluster.preflight import check_fits
-from essaflow.cluster.request import TrainingRequest
+from essaflow.cluster.request import TrainingRequest, check_fits
 from essaflow.config import PipelineConfig
 from essaflow.data import Splits
 from essaflow.data.schema import Problem

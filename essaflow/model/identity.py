@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Protocol
 
 from essaflow.config_base import ConfigError
-from essaflow.model.gguf import gguf_digest, gguf_file, is_gguf_name
+from essaflow.model.gguf import gguf_digest, is_gguf_name
 from essaflow.model.tiny_recipe import BUILTIN_MODELS
 from essaflow.storage.hub import hub_commit
 from essaflow.storage.sha256 import sha256_bytes
@@ -51,17 +51,6 @@ def model_identity(cfg: NamedModel) -> str:
 
         return f"{name}@{tree_digest(local)}"
     return f"{name}@{hub_commit(name, cfg.revision, field='model.name_or_path')}"
-
-
-def require_resolvable(cfg: NamedModel) -> None:
-    """ConfigError naming model.name_or_path unless a hub id's revision resolves (the hub, else the local HF cache):
-    what a run and a job check before they prepare data. The built-in model, s3:// and local paths pass here."""
-    name = cfg.name_or_path
-    if is_gguf_name(name):
-        gguf_file(name)  # a ConfigError naming the field when the file or its package is missing
-        return
-    if name not in BUILTIN_MODELS and not name.startswith("s3://") and not Path(name).expanduser().exists():
-        hub_commit(name, cfg.revision, field="model.name_or_path")
 
 
 def s3_version(uri: str) -> str:

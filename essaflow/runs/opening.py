@@ -16,11 +16,9 @@ from dataclasses import dataclass, field
 
 from essaflow import tracking
 from essaflow.artifacts import check_storage, storage_uri_for
-from essaflow.checks.environment import require_environment
-from essaflow.cluster.preflight import check_training_fits, probe_cluster
+from essaflow.checks.cluster import check_training_fits
+from essaflow.checks.preflight import require_runnable
 from essaflow.config import PipelineConfig
-from essaflow.input_check import require_model
-from essaflow.model.identity import require_resolvable
 from essaflow.refs import RunRef
 from essaflow.runs import lease
 from essaflow.runs.crashed import mark_crashed
@@ -80,10 +78,7 @@ def open_pipeline_run(config: PipelineConfig, resume: str | None, flow: FlowRun,
     """Preflight, lease and record, then the MLflow run (found again on a retry or a resume). `journal` learns the
     run id as soon as the lease is held (only a lease holder may mark the run failed)."""
     timer, started_at = Timer(), time.time()
-    require_environment(config)  # ESSAFLOW_CACHE_DIR unwritable, ESSAFLOW_HEARTBEAT_S=abc: bad input, at once
-    require_model(config.model)  # bad input: fails at once, no retry, no resume offered (tasks.retry.BAD_INPUT)
-    probe_cluster(config.cluster_request(), config.ray_address)  # a Ray head that is not there: in seconds
-    require_resolvable(config.model)  # a hub id that resolves nowhere: before the dataset is prepared
+    require_runnable(config)  # the environment, the model's checkpoint, a Ray head, a hub id: before any compute
     run_id = flow.id or uuid.uuid4().hex
     with timer.part("storage"):
         storage_uri = check_storage(storage_uri_for(config.storage_uri))

@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 
 import cli.pipeline
 from cli.main import app
+from essaflow.checks.preflight import check_inputs
 from essaflow.config import ConfigError, load_config
-from essaflow.input_check import check_inputs
 from essaflow.model.loading import resolve_model_path
 from essaflow.runs.journal import Journal
 from tasks import failures

@@ -443,16 +443,16 @@ def test_run_names_code_tests_of_the_wrong_type_before_prefect_starts(tmp_path):
 
 
 def test_a_run_on_a_built_in_task_with_a_built_in_reward_reads_and_tries_nothing_ahead(monkeypatch):
-    import essaflow.input_check
-    import essaflow.judging.reward_check
+    import essaflow.checks.preflight
+    import essaflow.checks.reward
+    from essaflow.checks.preflight import run_input_problems
     from essaflow.config import load_config
-    from essaflow.input_check import run_input_problems
 
     def refuse(*_a, **_k):
         raise AssertionError("read or tried")
 
-    monkeypatch.setattr(essaflow.input_check, "check_data_rows", refuse)
-    monkeypatch.setattr(essaflow.judging.reward_check, "check_reward", refuse)
+    monkeypatch.setattr(essaflow.checks.preflight, "check_data_rows", refuse)
+    monkeypatch.setattr(essaflow.checks.reward, "check_reward", refuse)
     for preset in ("configs/tiny.yaml", "configs/tiny-code.yaml", "configs/tiny-countdown.yaml"):
         cfg = load_config(REPO / preset)
         start = time.perf_counter()

@@ -17,10 +17,11 @@ from typer.testing import CliRunner
 import cli.pipeline
 from cli.main import app
 from essaflow.checks import machine
+from essaflow.checks.model import check_model
+from essaflow.checks.preflight import check_inputs
 from essaflow.config import load_config
 from essaflow.data import Problem
 from essaflow.data.splits import key_points
-from essaflow.input_check import check_inputs, check_model
 from tests.support.stub_checkpoints import EMPTY_SAFETENSORS, stub_checkpoint
 
 

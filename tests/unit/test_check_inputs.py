@@ -10,10 +10,10 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
+from essaflow.checks.preflight import check_inputs
 from essaflow.config import load_config
 from essaflow.data import Problem
 from essaflow.data.splits import key_points
-from essaflow.input_check import check_inputs
 from tests.support.stub_checkpoints import stub_checkpoint
 
 

@@ -122,7 +122,7 @@ def test_eval_data_reads_with_the_training_prompt_template():
 
 
 def test_check_config_reads_eval_data_and_names_its_field(tmp_path):
-    from essaflow.input_check import check_inputs
+    from essaflow.checks.preflight import check_inputs
 
     _jsonl(tmp_path / "train.jsonl", _rows(0, 50))
     cfg = parse_config(

@@ -54,7 +54,7 @@ def test_countdown_knobs_reach_the_generator_and_bad_ones_are_refused():
 
 
 def test_check_config_names_the_tiny_model_that_fits_the_task():
-    from essaflow.input_check import check_inputs
+    from essaflow.checks.preflight import check_inputs
 
     def problems(*overrides):
         cfg = load_config(None, list(overrides))

@@ -7,12 +7,13 @@ import shutil
 
 import pytest
 
+from essaflow.checks.model import require_resolvable
+from essaflow.checks.preflight import check_inputs
 from essaflow.config import load_config
 from essaflow.config_base import ConfigError
-from essaflow.input_check import check_inputs
 from essaflow.model.config import ModelConfig
 from essaflow.model.gguf import converted_path, gguf_file, is_gguf_name
-from essaflow.model.identity import model_identity, require_resolvable
+from essaflow.model.identity import model_identity
 
 SMOLLM2 = "builtin:smollm2-135m-instruct"
 
@@ -33,9 +34,10 @@ def test_identity_follows_the_files_bytes(tmp_path, monkeypatch):
     assert model_identity(ModelConfig(name_or_path=str(a))) != first
     copy = tmp_path / "copy.gguf"
     shutil.copy(a, copy)  # same bytes elsewhere: the same digest
-    assert model_identity(ModelConfig(name_or_path=str(copy))).split("@")[1] == model_identity(
-        ModelConfig(name_or_path=str(a))
-    ).split("@")[1]
+    assert (
+        model_identity(ModelConfig(name_or_path=str(copy))).split("@")[1]
+        == model_identity(ModelConfig(name_or_path=str(a))).split("@")[1]
+    )
 
 
 def test_a_missing_file_is_one_error_naming_the_field(tmp_path):

@@ -10,7 +10,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from cli.main import app
-from essaflow.judging.reward_check import fields_required
+from essaflow.checks.reward import fields_required
 from essaflow.judging.reward_ref import resolve_reward_ref
 
 GOOD = """

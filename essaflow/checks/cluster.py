@@ -1,4 +1,4 @@
-"""A preflight that checks what a run's training asks of Ray against the cluster before any compute.
+"""What a run's training asks of Ray, checked against the cluster before any compute.
 
 A run that joins an existing cluster (`ray_address`, else RAY_ADDRESS) and asks for more workers than its nodes can
 ever hold would otherwise evaluate the base model and train the SFT adapter first, then fail at the train stage.
@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 
 from essaflow import cluster
-from essaflow.cluster.request import TrainingRequest
+from essaflow.cluster.request import TrainingRequest, check_fits
 
 
 def joins_existing_cluster(ray_address: str | None) -> bool:
@@ -42,10 +42,14 @@ def check_training_fits(request: TrainingRequest | None, ray_address: str | None
     return check_fits(request)
 
 
-def check_fits(request: TrainingRequest) -> TrainingRequest:
-    """``request`` against the connected cluster's alive nodes; ClusterCapacityError if its workers can never be
-    placed. Returns the request with its GPUs settled for this cluster."""
-    nodes = cluster.describe_cluster()
-    settled = request.on(any(n.gpus for n in nodes))
-    cluster.check_capacity(settled.workers, settled.bundle, [n.resources for n in nodes], settled.strategy)
-    return settled
+def cluster_report(request: TrainingRequest | None, ray_address: str | None) -> list[str]:
+    """`essaflow check-config --cluster`: the run's Ray head answers and its nodes hold the training workers (as
+    check_training_fits); one line per node, then the verdict. ClusterUnreachable or ClusterCapacityError
+    otherwise. Nothing to check (a line saying so) when training starts a local Ray."""
+    if not joins_existing_cluster(ray_address):
+        return ["no cluster to check: neither ray_address nor RAY_ADDRESS is set (a local Ray starts)"]
+    checked = check_training_fits(request, ray_address)
+    cluster.connect(ray_address, log_to_driver=False)  # method none: joined here, for the node listing
+    nodes = [f"node {n.node_id[:8]} {'head' if n.is_head else 'worker'}: {n.cpus:g} CPU, {n.gpus:g} GPU"
+             for n in cluster.describe_cluster()]  # fmt: skip
+    return [*nodes, f"training workers fit: {checked or 'training uses no Ray workers'}"]

@@ -1,14 +1,23 @@
-"""The rules a pipeline config's name and service URIs must follow, checked when the config loads.
+"""The rules a pipeline config follows as it loads, beyond its fields' types: its file's YAML and its service fields.
 
-Each would otherwise fail late: MLflow refuses a registered-model name with `/` or `:` only at registration, after
-training; an `ftp://` artifact root at the first upload; a tracking URI without a scheme when the run opens. Each
-function returns what is wrong as the words after the field (None: nothing), without importing MLflow or boto3.
+- **A key given twice.** YAML itself keeps the last of two equal keys without a word, so `lr: 1e-4` ten lines above
+  a forgotten `lr: 3e-4` would train with the second; a config file never means that, and :func:`load_yaml` names
+  the key and both lines.
+- **A name and service URIs the services would refuse.** Each would otherwise fail late: MLflow refuses a
+  registered-model name with `/` or `:` only at registration, after training; an `ftp://` artifact root at the
+  first upload; a tracking URI without a scheme when the run opens. Each `*_problem` function returns what is wrong
+  as the words after the field (None: nothing), without importing MLflow or boto3.
+
+Checks that need more than the config (its files, this machine, the cluster) are essaflow/checks/.
 """
 
 from __future__ import annotations
 
 import re
+from typing import Any
 from urllib.parse import urlsplit
+
+import yaml
 
 from essaflow.secrets import mask_passwords
 
@@ -87,3 +96,34 @@ def _short(text: str, limit: int = 80) -> str:
     """`text` quoted, cut to `limit` characters (a 100,000-character value stays one readable line)."""
     text = mask_passwords(text)  # the error is printed and logged
     return repr(text) if len(text) <= limit else repr(text[:limit]) + f"... ({len(text):,} characters)"
+
+
+class DuplicateKeyError(yaml.MarkedYAMLError):
+    """A mapping that gives one key twice: `problem_mark` is the second, `first_line` (1-based) the first."""
+
+    def __init__(self, key: Any, first: yaml.Mark, second: yaml.Mark):
+        super().__init__(problem=f"key {key!r} given twice", problem_mark=second)
+        self.key = key
+        self.first_line = first.line + 1
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader whose mappings refuse a repeated key (the merge key `<<` aside)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, yaml.Mark] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, list | dict):  # unhashable: the base loader says so
+                continue
+            if key in seen:
+                raise DuplicateKeyError(key, seen[key], key_node.start_mark)
+            seen[key] = key_node.start_mark
+        return super().construct_mapping(node, deep)
+
+
+def load_yaml(text: str) -> Any:
+    """`yaml.safe_load`, with a repeated key in any mapping a DuplicateKeyError."""
+    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass

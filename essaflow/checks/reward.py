@@ -20,8 +20,8 @@ Data on the hub or in S3 is not read here (check-config stays offline): steps 2 
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass, field
 
+from essaflow.checks.findings import Findings
 from essaflow.data.config import DataConfig
 from essaflow.data.schema import Problem
 from essaflow.judging.config import EvalConfig
@@ -30,14 +30,6 @@ from essaflow.judging.reward_ref import RewardRef, RewardRefError
 
 OFFLINE_SOURCES = ("synthetic", "file", "reasoning_gym", "humaneval")
 """data.source values read without a network: the reward is tried on their first rows."""
-
-
-@dataclass
-class RewardCheck:
-    """``problems``: errors, one line each naming eval.reward; ``notes``: what was checked, and warnings."""
-
-    problems: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
 
 
 def fields_required(ref: RewardRef) -> set[str]:
@@ -59,10 +51,10 @@ def _is_fields(node: ast.expr) -> bool:
 
 
 def check_reward(eval_cfg: EvalConfig, data: DataConfig, rows: int = 20,
-                 read: list[Problem] | None = None) -> RewardCheck:  # fmt: skip
+                 read: list[Problem] | None = None) -> Findings:  # fmt: skip
     """The reward of `eval_cfg` against the first `rows` problems of `data` (steps 1-3 of the module doc);
     `read`: data's problems, read already (by the data's own check)."""
-    out = RewardCheck()
+    out = Findings()
     try:
         judge = judge_for(eval_cfg)
     except (RewardRefError, RewardError, OSError, ImportError) as e:

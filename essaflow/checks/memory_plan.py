@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from essaflow.checks.findings import Findings
 from essaflow.model.architecture import Architecture
 
 if TYPE_CHECKING:
@@ -234,3 +235,19 @@ def plan_config(cfg: PipelineConfig) -> ConfigPlan | str | None:
         kv_cache_bytes(arch, target, rollouts),
         source,
     )
+
+
+def memory_findings(cfg: PipelineConfig) -> Findings:
+    """check-config's memory plan of a config, as notes (the plan of each sharding and the rollouts' KV cache, or
+    why no plan was made) and the problem when the chosen sharding cannot fit; a config that asks for a plan
+    without a prompt cap (or of a config.json that is no decoder the plan knows) is a problem too."""
+    try:
+        result = plan_config(cfg)
+    except ValueError as err:
+        return Findings([str(err)])
+    if isinstance(result, str):
+        return Findings(notes=[result])
+    if result is None:
+        return Findings()
+    problem = result.problem()
+    return Findings([problem] if problem else [], result.notes())

@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
-from essaflow.grpo.memory_plan import GiB, Target, plan_memory
+from essaflow.checks.memory_plan import GiB, Target, plan_memory
 from essaflow.model.architecture import KNOWN_CONFIGS, Architecture, read_architecture
 
 FGRPO = Path(__file__).resolve().parents[3] / "configs" / "fgrpo-qwen2.5-7b-deepscaler.yaml"
@@ -120,7 +120,7 @@ def test_lora_under_fsdp_shards_the_frozen_base_and_ddp_replicates_it():
 def test_a_shared_prompt_counts_the_prompt_once_a_group_plus_its_keys_and_values_copied_to_each_row():
     from dataclasses import replace
 
-    from essaflow.grpo.memory_plan import activation_bytes
+    from essaflow.checks.memory_plan import activation_bytes
 
     arch = Architecture.from_config(KNOWN_CONFIGS["Qwen/Qwen2.5-7B"])
     per_row = Target(1, 80, "bfloat16", 8, 1024, 1024, group_size=8)

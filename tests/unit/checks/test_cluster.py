@@ -2,7 +2,7 @@
 
 import pytest
 
-from essaflow.cluster.preflight import check_training_fits, joins_existing_cluster
+from essaflow.checks.cluster import check_training_fits, joins_existing_cluster
 from essaflow.cluster.request import TrainingRequest
 from essaflow.config import load_config
 
