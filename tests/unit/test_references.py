@@ -158,8 +158,30 @@ def test_the_readme_names_every_package_root_module_folder_doc_and_bench():
     modules = {p.stem for p in (REPO / "essaflow").glob("*.py") if p.stem != "__init__"}
     docs = {p.name for p in (REPO / "docs").glob("*.md")}
     benches = {f"bench/{p.name}" for p in (REPO / "bench").glob("*.py")}
+    bench_list = (REPO / "docs" / "development.md").read_text()
     unnamed = sorted(packages - set(entries)) + sorted(folders - set(entries))
     unnamed += sorted(f"essaflow/{m}.py" for m in modules - set(root_modules(entries["essaflow/"])))
     unnamed += sorted(f"docs/{d}" for d in docs - set(FILE_NAME.findall(entries["docs/"])))
-    unnamed += sorted(b for b in benches if b not in readme)
-    assert not unnamed, "in the tree but not in README.md's map (or its list of benches):\n" + "\n".join(unnamed)
+    unnamed += sorted(b for b in benches if b not in bench_list)
+    unnamed += sorted(f"tests/{t.name}/" for t in (REPO / "tests").iterdir() if t.is_dir() and t.name[0] not in "._"
+                      and t.name not in entries["tests/"])  # fmt: skip
+    commands = set(re.findall(r'app\.command\("([\w-]+)"\)', (REPO / "cli" / "main.py").read_text()))
+    commands |= {
+        m.split(".")[-1] for m in re.findall(r"app\.command\(\)\(([\w.]+)\)", (REPO / "cli/main.py").read_text())
+    }
+    commands |= set(re.findall(r'add_typer\([^)]*name="([\w-]+)"', (REPO / "cli" / "main.py").read_text()))
+    assert {"demo", "eval", "stack", "compare-table"} <= commands, commands  # the parse found the commands
+    unnamed += sorted(f"essaflow {c}" for c in commands if not re.search(rf"(?<![\w-]){c}(?![\w-])", entries["cli/"]))
+    unnamed += sorted(f"essaflow {c} (the Commands table)" for c in commands if f"`essaflow {c}" not in readme)
+    assert not unnamed, (
+        "in the tree but not in README.md's map (or docs/development.md's list of benches):\n" + "\n".join(unnamed)
+    )
+
+
+def test_the_readme_stays_short():
+    """What it is, the two commands, a picture, the results' pointers, the commands, the map and links: measured
+    figures live in docs/results.md with their date, CPU and load, the how-to in docs/guide.md."""
+    lines = (REPO / "README.md").read_text().splitlines()
+    assert len(lines) <= 150, len(lines)
+    assert lines[2:6] == ["```bash", lines[3], lines[4], "```"] and lines[3].startswith("make demo")
+    assert lines[4].startswith("make test")
