@@ -15,6 +15,8 @@ import typer
 from cli.common import ConfigOpt, SetOpt, emit, fail, flow_logging, load, refuse, service_env
 from cli.prefect_server import prefect_api, start_temporary_server
 from essaflow.config import PipelineConfig
+from essaflow.refs import PipelineResult
+from essaflow.runs.line import json_line, overhead
 from essaflow.secrets import mask_passwords, uri_passwords_to_env
 
 ForceOpt = Annotated[
@@ -88,20 +90,26 @@ def preflight(cfg: PipelineConfig, services: bool = True, resume: str | None = N
     where training joins one, the environment variables it reads (numbers, a writable cache directory, S3 settings)
     and (`services`) the artifact store (S3: its endpoint, bucket and keys) and the MLflow tracking server
     answering, and the run `resume` names (a malformed or unknown id, another pipeline's run, a completed run);
-    the data's rows read and the reward tried on them, unless both are built in (essaflow/checks/preflight.py):
+    the data's rows read and the reward tried on them, unless both are built in (input_check.run_input_problems):
     seconds, not Prefect's start-up or the model stack's imports first."""
     from essaflow.artifacts.store import check_storage, storage_uri_for
+    from essaflow.checks.environment import environment_problems
+    from essaflow.checks.machine import machine_problems
     from essaflow.checks.notes import config_notes
-    from essaflow.checks.preflight import first_problems, require_reachable, run_input_problems
     from essaflow.cluster import ClusterUnreachable
+    from essaflow.cluster.preflight import probe_cluster
     from essaflow.config import ConfigError
+    from essaflow.input_check import check_data_path, check_model, run_input_problems
+    from essaflow.model.identity import require_resolvable
     from essaflow.secrets import scrub
     from essaflow.storage import StorageError
     from essaflow.tracking.server import TrackingError, check_tracking, resolve_tracking_uri
 
     for note in config_notes(cfg):  # a valid config that may not do what was meant: said, not refused
         typer.echo(note, err=True)
-    problems = first_problems(cfg)  # the checkpoint, a GPU for cuda, a data file not there, ESSAFLOW_HEARTBEAT_S=abc
+    problems = check_model(cfg.model).problems + machine_problems(cfg)  # a GPU for cuda, vllm for its backend
+    problems += check_data_path(cfg.data)  # a data file that is not there (read in full by the run's first task)
+    problems += environment_problems(cfg)  # ESSAFLOW_HEARTBEAT_S=abc, an unwritable cache, a malformed S3 endpoint
     if problems:
         refuse(problems)
     problems, warnings = run_input_problems(cfg)  # bad rows, a reward giving no score (nothing for built-in tasks)
@@ -110,7 +118,8 @@ def preflight(cfg: PipelineConfig, services: bool = True, resume: str | None = N
     if problems:
         refuse(problems)
     try:
-        require_reachable(cfg)  # a Ray head that does not answer, a hub id that resolves nowhere
+        probe_cluster(cfg.cluster_request(), cfg.ray_address)
+        require_resolvable(cfg.model)  # a hub id that resolves nowhere
         if services:
             storage_uri = check_storage(storage_uri_for(cfg.storage_uri))  # an S3 endpoint down, a bucket missing
             tracking_uri = resolve_tracking_uri(cfg.tracking_uri)
@@ -206,33 +215,17 @@ def finetune_summary(
     wall = round(time.perf_counter() - start, 2)
     if state.name == "Skipped":
         return {**result.model_dump(), "wall_s": wall}
-    out = with_overhead(result.model_dump(), wall, ahead)
     from essaflow.generation.sampling import resolve_backend
 
-    out["engine"] = resolve_backend(cfg.sampling.backend)  # what generated: evaluation, ESSA scoring, GRPO rollouts
-    keys = ["before", "sft_start", "after", "engine", "model_name", "model_version", "aliases", "tracking_uri",
-            "storage_uri", "wall_s"]  # fmt: skip
-    return (
-        {"state": "completed"}
-        | {k: out[k] for k in keys}
-        | {"stages": out["stages"]}
-        | {
-            k: out[k]
-            for k in (
-                "run_id",
-                "mlflow_run_id",
-                "decision",
-                "gate",
-                "judged_with",
-                "training",
-                "data_filtered",
-                "cached",
-                "flow_s",
-                "overhead",
-                "parts",
-            )  # fmt: skip
-        }
-    )
+    return completed_line(result, wall, ahead, resolve_backend(cfg.sampling.backend))
+
+
+def completed_line(result: PipelineResult, wall: float, ahead: Ahead, engine: str) -> dict[str, Any]:
+    """A completed run's JSON line: every stage's fields (essaflow/runs/line.py; `essaflow essa|grpo` give those
+    of the stages they run), its time apart from compute, and `engine`: what generated (evaluation, ESSA scoring,
+    GRPO rollouts)."""
+    out = with_overhead(result.model_dump(), wall, ahead)
+    return json_line({"state": "completed", **out, "engine": engine})
 
 
 def with_overhead(out: dict[str, Any], wall: float, ahead: Ahead) -> dict[str, Any]:
@@ -243,13 +236,7 @@ def with_overhead(out: dict[str, Any], wall: float, ahead: Ahead) -> dict[str, A
     if ahead.parts:
         out["stages"] = {"preload": round(sum(ahead.parts.values()), 2), **out["stages"]}
     out["wall_s"] = wall
-    out["overhead"] = {
-        "storage_s": out["parts"]["storage"],
-        "tracking_s": out["parts"]["tracking"],
-        "orchestration_s": round(wall - sum(out["parts"].values()), 2),
-        "server_wait_s": round(ahead.server_wait_s, 2),
-        "share": round((wall - out["parts"]["compute"]) / wall, 3) if wall else 0.0,
-    }
+    out["overhead"] = overhead(out["parts"], wall, ahead.server_wait_s)
     return out
 
 

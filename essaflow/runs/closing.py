@@ -10,12 +10,10 @@ from essaflow import tracking
 from essaflow.refs import DatasetRef, PipelineResult, RegisteredRef, RunInputs, RunRef, SkippedRun
 from essaflow.runs import lease
 from essaflow.runs.journal import FlowRecord
+from essaflow.runs.line import stage_parts
 from essaflow.runs.skip import OUTCOME_TAG, SKIPPED, SKIPPED_TAG, TRAINED
 from essaflow.runs.summary import FinishedRun, data_summary
 from essaflow.secrets import safe_uri
-
-PARTS = ("compute", "storage", "tracking")
-"""The parts of a stage's time the run reports (the rest of its wall time is orchestration)."""
 
 
 def closing_tags(dataset: DatasetRef, adapter_uri: str, model: RegisteredRef) -> dict[str, str]:
@@ -38,11 +36,7 @@ def pipeline_result(done: FinishedRun, record: FlowRecord, now: float) -> Pipeli
     run, dataset, adapter, model = done.run, done.dataset, done.adapter, done.model
     cached = record.cached()
     reused = {ref.stage for ref in done.refs() if ref.reused}  # found in storage by content key: cached too
-    parts = {k: 0.0 for k in PARTS}
-    for ref in done.refs():
-        if ref.stage not in cached:
-            for k in parts:
-                parts[k] += ref.timings.get(k, 0.0)
+    parts = stage_parts(done.refs(), cached)
     return PipelineResult(
         run_id=run.run_id, before=done.before.summary, after=done.after.summary, model_name=model.name,
         sft_start=done.start.summary if done.start is not None else {},

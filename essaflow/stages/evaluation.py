@@ -11,6 +11,7 @@ from typing import Any
 from essaflow import tracking
 from essaflow.artifacts import fetch_dir, protocol_record, publish_eval, read_dataset, read_eval_report
 from essaflow.config import DataConfig, EvalConfig, ModelConfig, SamplingConfig
+from essaflow.judging.evaluation import EvalReport
 from essaflow.judging.registered import evaluate_version
 from essaflow.refs import AdapterRef, DatasetRef, EvalRef, RunRef
 from essaflow.storage import open_store
@@ -44,18 +45,25 @@ def evaluate_on_eval_split(
     with timer.part("storage"):
         ref = publish_eval(open_store(run.storage_uri), run, label, report, protocol_record(eval_cfg, sampling))
     with timer.part("tracking"):
-        tracking.log_eval(tracking.tracked(run), label, report)
+        log_report(run, label, report)
     return ref.model_copy(update={"stage": f"evaluate-{label}", "timings": timer.timings()})
+
+
+def log_report(run: RunRef, label: str, report: EvalReport) -> None:
+    """The report as the run's MLflow metrics and artifacts; a CLI job's run (no MLflow run) logs nothing."""
+    if run.mlflow_run_id:
+        tracking.log_eval(tracking.tracked(run), label, report)
 
 
 def evaluate_start(
     data: DataConfig, model: ModelConfig, sampling: SamplingConfig, eval_cfg: EvalConfig, dataset: DatasetRef,
-    start: AdapterRef, base: EvalRef, run: RunRef,
+    start: AdapterRef, base: EvalRef | None, run: RunRef,
 ) -> EvalRef:  # fmt: skip
     """pass@k of the adapter training starts from (the SFT start, or the adapter at adapter_uri), under the base's
     protocol: what the method adds is tuned minus this, what SFT added is this minus the base. An untrained start
-    (no SFT steps: a fresh LoRA, B = 0) is the base itself, and its report is the base's."""
-    if start.kind == "sft" and start.training.steps == 0:
+    (no SFT steps: a fresh LoRA, B = 0) is the base itself, and its report is the base's (base None: a CLI job,
+    which scores no base, evaluates it)."""
+    if base is not None and start.kind == "sft" and start.training.steps == 0:
         return base.model_copy(update={"stage": "evaluate-sft_start", "timings": {}, "reused": True})
     return evaluate_on_eval_split(data, model, sampling, eval_cfg, dataset, start, "sft_start", run)
 
@@ -73,7 +81,7 @@ def evaluate_tuned(
         report = read_eval_report(start)
         ref = publish_eval(open_store(run.storage_uri), run, "tuned", report, protocol_record(eval_cfg, sampling))
     with timer.part("tracking"):
-        tracking.log_eval(tracking.tracked(run), "tuned", report)
+        log_report(run, "tuned", report)
     return ref.model_copy(update={"stage": "evaluate-tuned", "timings": timer.timings()})
 
 

@@ -1,35 +1,35 @@
-"""`essaflow essa` / `essaflow grpo`: SFT warm start (cached) -> evaluate -> train -> evaluate, as one JSON dict.
+"""`essaflow essa` / `essaflow grpo`: the pipeline's stages in this process, without an orchestrator: the dataset,
+the SFT warm start, its pass@k, the training, the tuned pass@k (the same functions the flow's tasks call,
+essaflow/stages/), and the JSON line with the flow's fields for those stages (essaflow/runs/line.py).
 
-The training is `essaflow.training.run.train_method`, exactly what the pipeline's train task runs (checkpoints in
-the store at `cfg.storage_uri`, under runs/<job id>/). "before" is the SFT start (ESSA-v3 sec. 4: both methods start
-from the same SFT checkpoint; SFT time is excluded from training time), "after" the trained policy (a LoRA adapter,
-or a full checkpoint for grpo.parameters=full), both with the same pass@k protocol and sampling seed: a paired
-comparison. Progress goes to stderr; the CLI prints the returned dict as the last stdout line.
+A job opens no lease, record or MLflow run (its run has no MLflow run: the stages log nothing there); its dataset,
+SFT adapter, checkpoints, result and eval reports go to the store at `cfg.storage_uri`, under runs/<job id>/ for
+its own. "sft_start" is where training starts (ESSA-v3 sec. 4: both methods start from the same SFT checkpoint; SFT
+time is excluded from training time), "after" the trained policy (a LoRA adapter, or a full checkpoint for
+grpo.parameters=full), both with the same pass@k protocol and sampling seed: a paired comparison. No base model is
+scored (`essaflow run` scores it). Progress goes to stderr; the CLI prints the returned dict as the last stdout line.
 """
 
 from __future__ import annotations
 
 import hashlib
-import shutil
 import sys
-import tempfile
 import time
 from typing import Any
 
 from essaflow.checks.preflight import require_reachable
 from essaflow.config import PipelineConfig
-from essaflow.data.prepare import prepare_data
 from essaflow.generation.sampling import resolve_backend
-from essaflow.judging.evaluation import EvalReport
-from essaflow.judging.model_eval import evaluate_output
-from essaflow.model.loading import token_cap_tokenizer
-from essaflow.runs.method_tags import method_label, method_tags
-from essaflow.stages.training import planned_steps
+from essaflow.refs import AdapterRef, DatasetRef, EvalRef, Ref, RunRef
+from essaflow.runs.line import json_line, overhead, stage_parts
+from essaflow.runs.method_tags import method_label
+from essaflow.stages.data import publish_run_data
+from essaflow.stages.evaluation import evaluate_start, evaluate_tuned
+from essaflow.stages.training import planned_steps, train_stage, warm_start_stage
 from essaflow.storage import open_store
-from essaflow.storage.cache_dir import cache_root
-from essaflow.trainer_io import TrainCallbacks
-from essaflow.training.run import RunStorage, train_method
-from essaflow.training.warm_start import sft_start
+
+JOB_STAGES = ("prepare_dataset", "warm_start", "evaluate-sft_start", "train", "evaluate-tuned")
+"""The flow's stages a job runs, in order (no run opened in MLflow, no base scored, nothing registered)."""
 
 HEADLINE = ("greedy", "pass@1", "pass@8")
 
@@ -38,9 +38,8 @@ def _progress(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def _headline(report: EvalReport) -> dict[str, float | None]:
-    summary = report.summary()
-    return {k: round(summary[k], 4) for k in HEADLINE if k in summary}
+def _headline(ref: EvalRef) -> dict[str, float]:
+    return {k: round(ref.summary[k], 4) for k in HEADLINE if k in ref.summary}
 
 
 def _progress_line(cfg: PipelineConfig, row: dict[str, Any]) -> str | None:
@@ -65,61 +64,52 @@ def _progress_line(cfg: PipelineConfig, row: dict[str, Any]) -> str | None:
     return f"{cfg.method} {done}/{total}: {line}{held_out}"
 
 
+def job_run(cfg: PipelineConfig) -> RunRef:
+    """The job's run: a fresh id (method, time, config digest) in the store at cfg.storage_uri, with no MLflow run."""
+    digest = hashlib.sha256(cfg.model_dump_json().encode()).hexdigest()[:8]
+    job_id = f"{cfg.method}-{time.strftime('%Y%m%d-%H%M%S')}-{digest}"
+    return RunRef(run_id=job_id, name=cfg.name, storage_uri=open_store(cfg.storage_uri).uri, tracking_uri="",
+                  experiment_id="", mlflow_run_id="", started_at=time.time(), stage="open_job")  # fmt: skip
+
+
 def run_training_job(cfg: PipelineConfig) -> dict[str, Any]:
-    """The whole job on cfg (cfg.method essa or fgrpo); returns the JSON-able summary the CLI prints last."""
-    start, label = time.perf_counter(), method_label(cfg.method, cfg.essa, cfg.grpo)
+    """The job's stages on cfg (cfg.method essa or fgrpo); returns the JSON line the CLI prints last."""
+    t0, label = time.perf_counter(), method_label(cfg.method, cfg.essa, cfg.grpo)
     require_reachable(cfg)  # a Ray head that is not there, a hub id that resolves nowhere: before any compute
-    prepared = prepare_data(cfg.data, cfg.eval.data, token_cap_tokenizer(cfg.model, cfg.data))
-    filtered, splits = prepared.filtered, prepared.splits
-    _progress(f"{label}: {len(splits.train)} train / {len(splits.eval)} eval problems")
-    fmt = cfg.data.prompt_format()
-    sft = sft_start(cfg.adapter_uri, cfg.model, cfg.sft, splits, fmt)
-    before = evaluate_output(cfg.model, sft, "lora", splits.eval, cfg.eval, cfg.sampling, fmt)
-    _progress(f"before (SFT start {sft}): {_headline(before)}")
+    run = job_run(cfg)
+    dataset = publish_run_data(cfg.data, run.storage_uri, cfg.eval.data, cfg.model)
+    _progress(f"{label}: {dataset.sizes['train']} train / {dataset.sizes['eval']} eval problems")
+    sft = warm_start_stage(cfg.data, cfg.model, cfg.sft, cfg.adapter_uri, dataset, run)
+    start = evaluate_start(cfg.data, cfg.model, cfg.sampling, cfg.eval, dataset, sft, None, run)
+    _progress(f"before (SFT start {sft.uri}): {_headline(start)}")
 
     def on_metrics(row: dict[str, Any]) -> None:
         if (line := _progress_line(cfg, row)) is not None:
             _progress(line)
 
-    digest = hashlib.sha256(cfg.model_dump_json().encode()).hexdigest()[:8]
-    job_id = f"{cfg.method}-{time.strftime('%Y%m%d-%H%M%S')}-{digest}"
-    storage = RunStorage(open_store(cfg.storage_uri), f"runs/{job_id}")
-    (cache_root() / "work").mkdir(parents=True, exist_ok=True)
-    work = tempfile.mkdtemp(prefix=f"{job_id}-", dir=cache_root() / "work")
-    try:
-        trained = train_method(cfg, splits, sft, storage, work, TrainCallbacks(on_metrics))
-        result = trained.result
-        after = evaluate_output(
-            cfg.model, result.output_dir, result.output_kind, splits.eval, cfg.eval, cfg.sampling, fmt
-        )
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    tuned = train_stage(cfg, dataset, sft, run, on_metrics)
+    after = evaluate_tuned(cfg.data, cfg.model, cfg.sampling, cfg.eval, dataset, tuned, start, run)
     _progress(f"after ({label}): {_headline(after)}")
-    evals = [m for m in result.metrics if "eval_greedy" in m]
-    return {
-        "method": label,
+    return job_line(cfg, run, dataset, sft, start, tuned, after, time.perf_counter() - t0)
+
+
+def job_line(
+    cfg: PipelineConfig, run: RunRef, dataset: DatasetRef, sft: AdapterRef, start: EvalRef, tuned: AdapterRef,
+    after: EvalRef, wall: float,
+) -> dict[str, Any]:  # fmt: skip
+    """The job's JSON line: the fields `essaflow run` prints for the stages the job ran, from the same references
+    (each stage's wall time and parts as the stage timed them; `cached`: what was found in storage by content)."""
+    refs: list[Ref] = [dataset, sft, start, tuned, after]
+    cached = {ref.stage for ref in refs if ref.reused}
+    parts = {k: round(v, 2) for k, v in stage_parts(refs, cached).items()}
+    out = {
+        "state": "completed", "run_id": run.run_id, "storage_uri": run.storage_uri,
         "engine": resolve_backend(cfg.sampling.backend),  # what generated: evaluation, ESSA scoring, GRPO rollouts
-        "judged_with": cfg.eval.judged_with(),  # the reward (a name or your function), its digest, the threshold
-        **method_tags(cfg.method, cfg.essa, cfg.grpo),
-        "before": _headline(before),
-        "after": _headline(after),
-        "before_pass_at_k": before.pass_at_k,
-        "after_pass_at_k": after.pass_at_k,
-        # shares of completions that hit the length cap (warned above 10%)
-        "truncated_share": {
-            "before": before.truncated_share,
-            "after": after.truncated_share,
-            "rollouts": result.truncated_share,
-        },  # fmt: skip
-        "data_filtered": filtered,  # problems each data filter dropped (data.max_prompt_tokens, ...)
-        "steps": result.steps,
-        "train_wall_s": result.wall_s,
-        "bytes_per_update": round(result.bytes_per_update),
-        "training": {"sharding": result.sharding, "memory_per_rank": result.memory_per_rank},
-        "usage": result.usage.as_row(),  # tokens and device-seconds of this call's training (essaflow/usage.py)
-        "held_out_curve": [[m.get("generation", m.get("step")), round(m["eval_greedy"], 4)] for m in evals],
-        "resumed_from": result.resumed_from,
-        "output": trained.uri,
-        "output_kind": result.output_kind,
-        "job_wall_s": round(time.perf_counter() - start, 2),
-    }
+        "data_filtered": dataset.filtered, "sft_start": start.summary, "after": after.summary,
+        "judged_with": after.judged_with,  # the reward (a name or your function), its digest, the threshold
+        "training": {"kind": tuned.kind, **tuned.training.model_dump()},
+        "stages": {ref.stage: ref.timings.get("total", 0.0) for ref in refs}, "cached": sorted(cached),
+        "flow_s": round(time.time() - run.started_at, 2), "wall_s": round(wall, 2), "parts": parts,
+        "overhead": overhead(parts, round(wall, 2)),
+    }  # fmt: skip
+    return json_line(out, JOB_STAGES)

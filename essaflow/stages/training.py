@@ -15,7 +15,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +108,11 @@ def scratch_dir(run_id: str) -> Iterator[Path]:
         shutil.rmtree(work, ignore_errors=True)
 
 
+def step_metrics(run: RunRef) -> AbstractContextManager[BufferedStepMetrics | None]:
+    """The run's per-step rows, sent to MLflow in batches; None for a CLI job's run (no MLflow run)."""
+    return BufferedStepMetrics(tracking.tracked(run)) if run.mlflow_run_id else nullcontext()
+
+
 def train_stage(
     config: PipelineConfig,
     dataset: DatasetRef,
@@ -126,17 +131,19 @@ def train_stage(
         return AdapterRef(uri=uri, digest=digest, kind="none", stage="train", timings=timer.timings())
     with timer.part("storage"):
         splits = read_dataset(dataset)
-    with scratch_dir(run.run_id) as work, BufferedStepMetrics(tracking.tracked(run)) as metrics:
+    with scratch_dir(run.run_id) as work, step_metrics(run) as metrics:
 
         def on_metrics(row: dict[str, Any]) -> None:
-            with timer.part("tracking"):
-                metrics.add(row)
+            if metrics is not None:
+                with timer.part("tracking"):
+                    metrics.add(row)
             if on_row is not None:
                 on_row(row)
 
         storage, callbacks = RunStorage(store, run.run_prefix), TrainCallbacks(on_metrics)
         trained = train_method(config, splits, sft_dir, storage, work, callbacks, timer.part)
     ref = trained.adapter_ref(config)
-    with timer.part("tracking"):
-        tracking.log_training_summary(tracking.tracked(run), ref.training)
+    if run.mlflow_run_id:
+        with timer.part("tracking"):
+            tracking.log_training_summary(tracking.tracked(run), ref.training)
     return ref.model_copy(update={"stage": "train", "timings": timer.timings()})

@@ -1,14 +1,17 @@
 """Both training jobs on a Qwen-architecture checkpoint with a GSM8K-format file, a few steps each: SFT on the
 worked solutions under the chat template, ESSA scoring and GRPO rollouts, pass@k before and after, and each stage's
-truncation share in the job's JSON. With a cap of 1 new token a completion ends its turn only by stopping at once,
-which a checkpoint trained to answer "#### n<|im_end|>" does not: every share is exactly 1
-(tests/unit/generation/test_chat_checkpoint_paths.py measures the share itself). Training here proves no gain: the
-learning tests in tests/learning do."""
+truncation share in what the job stored (its eval reports, the trainer's rows). With a cap of 1 new token a
+completion ends its turn only by stopping at once, which a checkpoint trained to answer "#### n<|im_end|>" does not:
+every share is exactly 1 (tests/unit/generation/test_chat_checkpoint_paths.py measures the share itself). Training
+here proves no gain: the learning tests in tests/learning do."""
+
+import json
 
 import pytest
 
 from essaflow.config import load_config
 from essaflow.stages.job import run_training_job
+from essaflow.storage import open_store
 from tests.support.real_checkpoints import write_gsm8k_jsonl
 
 METHODS = {
@@ -33,15 +36,19 @@ def test_both_jobs_run_on_a_chat_checkpoint_and_report_truncation(method, qwen_t
     )  # fmt: skip
     assert cfg.eval.reward == "math_verify" and cfg.sft.target == "solution"
     out = run_training_job(cfg)
-    shares = out["truncated_share"]
+    run, store = f"runs/{out['run_id']}", open_store(out["storage_uri"])
+    shares = {
+        label: store.get_json(f"{run}/eval/{label}/passk.json")["truncated_share"] for label in ("sft_start", "tuned")
+    }
+    rows = [json.loads(line) for line in store.get_bytes(f"{run}/train/metrics.jsonl").decode().splitlines()]
     print(method, "truncated shares", shares)
-    assert out["steps"] == 2 and set(out["after"]) >= {"greedy", "pass@1"}
+    assert out["training"]["steps"] == 2 and set(out["after"]) >= {"greedy", "pass@1"} and "sft_start" in out
     assert out["judged_with"]["reward"] == cfg.eval.reward and out["judged_with"]["reward_digest"]  # how it was judged
-    assert shares["before"] == 1.0 and shares["after"] == 1.0
-    assert shares["rollouts"] == (None if method == "essa" else 1.0)  # ESSA samples no rollouts
+    assert shares == {"sft_start": 1.0, "tuned": 1.0}
+    assert [r.get("truncated_share") for r in rows] == ([None] * 2 if method == "essa" else [1.0] * 2)  # ESSA: none
     memory = out["training"]["memory_per_rank"]  # a LoRA replica: the whole model, the adapter's grads and moments
     if method == "fgrpo":
         assert out["training"]["sharding"] == "ddp" and memory["params"] > memory["grads"] > 0
         assert 2 * memory["grads"] <= memory["optimizer"] < 2.1 * memory["grads"]  # two moments (+ step counts)
     else:
-        assert out["training"] == {"sharding": "", "memory_per_rank": {}}
+        assert (out["training"]["sharding"], out["training"]["memory_per_rank"]) == ("", {})
