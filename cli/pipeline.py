@@ -90,26 +90,20 @@ def preflight(cfg: PipelineConfig, services: bool = True, resume: str | None = N
     where training joins one, the environment variables it reads (numbers, a writable cache directory, S3 settings)
     and (`services`) the artifact store (S3: its endpoint, bucket and keys) and the MLflow tracking server
     answering, and the run `resume` names (a malformed or unknown id, another pipeline's run, a completed run);
-    the data's rows read and the reward tried on them, unless both are built in (input_check.run_input_problems):
+    the data's rows read and the reward tried on them, unless both are built in (essaflow/checks/preflight.py):
     seconds, not Prefect's start-up or the model stack's imports first."""
     from essaflow.artifacts.store import check_storage, storage_uri_for
-    from essaflow.checks.environment import environment_problems
-    from essaflow.checks.machine import machine_problems
     from essaflow.checks.notes import config_notes
+    from essaflow.checks.preflight import first_problems, require_reachable, run_input_problems
     from essaflow.cluster import ClusterUnreachable
-    from essaflow.cluster.preflight import probe_cluster
     from essaflow.config import ConfigError
-    from essaflow.input_check import check_data_path, check_model, run_input_problems
-    from essaflow.model.identity import require_resolvable
     from essaflow.secrets import scrub
     from essaflow.storage import StorageError
     from essaflow.tracking.server import TrackingError, check_tracking, resolve_tracking_uri
 
     for note in config_notes(cfg):  # a valid config that may not do what was meant: said, not refused
         typer.echo(note, err=True)
-    problems = check_model(cfg.model).problems + machine_problems(cfg)  # a GPU for cuda, vllm for its backend
-    problems += check_data_path(cfg.data)  # a data file that is not there (read in full by the run's first task)
-    problems += environment_problems(cfg)  # ESSAFLOW_HEARTBEAT_S=abc, an unwritable cache, a malformed S3 endpoint
+    problems = first_problems(cfg)  # the checkpoint, a GPU for cuda, a data file not there, ESSAFLOW_HEARTBEAT_S=abc
     if problems:
         refuse(problems)
     problems, warnings = run_input_problems(cfg)  # bad rows, a reward giving no score (nothing for built-in tasks)
@@ -118,8 +112,7 @@ def preflight(cfg: PipelineConfig, services: bool = True, resume: str | None = N
     if problems:
         refuse(problems)
     try:
-        probe_cluster(cfg.cluster_request(), cfg.ray_address)
-        require_resolvable(cfg.model)  # a hub id that resolves nowhere
+        require_reachable(cfg)  # a Ray head that does not answer, a hub id that resolves nowhere
         if services:
             storage_uri = check_storage(storage_uri_for(cfg.storage_uri))  # an S3 endpoint down, a bucket missing
             tracking_uri = resolve_tracking_uri(cfg.tracking_uri)
