@@ -11,6 +11,7 @@ import typer
 
 from cli.common import ConfigOpt, SetOpt, emit, fail, load, refuse, setup_logging
 from essaflow.config import PipelineConfig
+from essaflow.methods import ESSA, FGRPO, METHODS, Method
 
 
 def _training_job(cfg: PipelineConfig) -> None:
@@ -31,34 +32,31 @@ def _training_job(cfg: PipelineConfig) -> None:
     emit(out)
 
 
-#: the job command of each trainer
-_COMMAND = {"essa": "essa", "fgrpo": "grpo"}
-
-
-def _job_config(config: Path | None, set_: list[str] | None, method: str) -> PipelineConfig:
-    """The config with `method` (the command's trainer); a config (or --set) that names the other trainer is
-    refused before compute: the job would train with the other section's defaults and ignore the one given."""
+def _job_config(config: Path | None, set_: list[str] | None, method: Method) -> PipelineConfig:
+    """The config with `method` (the command's trainer); a config (or --set) that names another trainer is refused
+    before compute: the job would train with the other section's defaults and ignore the one given."""
     cfg = load(config, set_)
-    if "method" in cfg.model_fields_set and cfg.method not in (method, "none"):
+    named = METHODS.get(cfg.method)
+    if "method" in cfg.model_fields_set and named.trains and named is not method:
         given = any(w.strip().startswith("method=") for w in set_ or [])
         where = "--set says" if given or config is None else f"{config} says"
-        refuse([f"{where} method: {cfg.method}, but `essaflow {_COMMAND[method]}` trains {method}: run `essaflow "
-                f"{_COMMAND[cfg.method]}` (or `essaflow run`) on it, or set method: {method}"])  # fmt: skip
-    return cfg.model_copy(update={"method": method})
+        refuse([f"{where} method: {cfg.method}, but `essaflow {method.command}` trains {method.name}: run `essaflow "
+                f"{named.command}` (or `essaflow run`) on it, or set method: {method.name}"])  # fmt: skip
+    return cfg.model_copy(update={"method": method.name})
 
 
 def essa(config: ConfigOpt = None, set_: SetOpt = None, verbose: bool = False) -> None:
     """SFT warm start (cached) then ESSA; prints before/after held-out accuracy as JSON last. A config whose
     method is fgrpo is refused (`essaflow grpo` trains it)."""
     setup_logging(verbose)
-    _training_job(_job_config(config, set_, "essa"))
+    _training_job(_job_config(config, set_, ESSA))
 
 
 def grpo(config: ConfigOpt = None, set_: SetOpt = None, verbose: bool = False) -> None:
     """SFT warm start (cached) then GRPO / F-GRPO; prints before/after held-out accuracy as JSON last. A config
     whose method is essa is refused (`essaflow essa` trains it)."""
     setup_logging(verbose)
-    _training_job(_job_config(config, set_, "fgrpo"))
+    _training_job(_job_config(config, set_, FGRPO))
 
 
 def build_tiny(

@@ -47,9 +47,9 @@ from essaflow.config_rules import (
 )
 from essaflow.data.config import EVALUATION_SOURCES, DataConfig, SyntheticTaskConfig
 from essaflow.essa.config import ESSAConfig
+from essaflow.gate.config import GateConfig, moved_keys
 from essaflow.generation.config import SamplingConfig
 from essaflow.grpo.config import GRPOConfig
-from essaflow.gate.config import GateConfig, moved_keys
 from essaflow.judging.config import EvalConfig
 from essaflow.judging.reward_ref import absolute_ref, resolve_reward_ref
 from essaflow.judging.rewards import resolve_reward
@@ -62,7 +62,7 @@ __all__ = [
     "ConfigError", "DataConfig", "ESSAConfig", "ESSAWorkersConfig", "EvalConfig", "GRPOConfig", "GRPOWorkersConfig",
     "GateConfig", "ModelConfig", "PipelineConfig", "RayWorkersConfig", "SFTConfig", "SamplingConfig",
     "SyntheticTaskConfig", "apply_overrides", "apply_values", "changed_trajectory", "load_config", "merge_tree",
-    "method_trajectory", "override_value", "parse_config", "read_yaml_tree", "resolve_extends", "reward_file_from",
+    "override_value", "parse_config", "read_yaml_tree", "resolve_extends", "reward_file_from", "section_trajectory",
 ]  # fmt: skip
 
 
@@ -103,11 +103,17 @@ class PipelineConfig(StrictConfig):
     """The promotion gate: the metric it promotes on, minimum gain, confidence, guard metrics (docs/compare.md,
     "The promotion gate")."""
 
+    def trained_section(self) -> ESSAConfig | GRPOConfig | None:
+        """The section of the method that trains (the one whose config names `method` as its own, `METHOD`); None
+        for method none. The method objects (essaflow/methods/) own the rest of what a method is; this config
+        cannot ask them, as they import the trainers, which read this config."""
+        return {s.METHOD: s for s in (self.essa, self.grpo)}.get(self.method)
+
     def cluster_request(self) -> TrainingRequest | None:
-        """The Ray workers this run's training asks for: its method's request (None: method none, or training in
-        process). `essaflow.checks.cluster.check_training_fits` checks it against a cluster."""
-        method = {"essa": self.essa, "fgrpo": self.grpo}.get(self.method)
-        return None if method is None else method.cluster_request()
+        """The Ray workers this run's training asks for: its method's section states them (None: method none, or
+        training in process). `essaflow.checks.cluster.check_training_fits` checks it against a cluster."""
+        section = self.trained_section()
+        return None if section is None else section.cluster_request()
 
     @field_validator("name")
     @classmethod
@@ -143,18 +149,17 @@ class PipelineConfig(StrictConfig):
         return self
 
     @model_validator(mode="after")
-    def _essa_has_an_adapter_to_search(self) -> PipelineConfig:
-        if self.method == "essa" and not self.sft.trains and not self.adapter_uri:
-            raise ValueError(
-                "sft.enabled: false (or sft.steps: 0) with method essa: ESSA searches the singular values of a "
-                "trained LoRA adapter (ESSA-v3 sec. 3.2), and an untrained one (B = 0) has none; keep the SFT step "
-                "or give adapter_uri"
-            )
+    def _method_rules(self) -> PipelineConfig:
+        """What the training method's section asks of the rest of the pipeline (ESSA: an adapter to search)."""
+        section = self.trained_section()
+        problem = None if section is None else section.pipeline_problem(self.sft.trains, self.adapter_uri)
+        if problem:
+            raise ValueError(problem)
         return self
 
     @model_validator(mode="after")
     def _trains_on_a_training_source(self) -> PipelineConfig:
-        training = self.method if self.method != "none" else "SFT" if self.sft.trains else None
+        training = self.method if self.trained_section() else "SFT" if self.sft.trains else None
         if training and self.data.source in EVALUATION_SOURCES:
             raise ValueError(
                 f"data.source={self.data.source} is an evaluation set (every problem held out), nothing to train "
@@ -180,19 +185,18 @@ def _refuse(problem: str | None, value: Any) -> Any:
     return value
 
 
-#: the sections a method's training trajectory depends on (its own, and what its scorer or rollouts read)
-_TRAJECTORY_SECTIONS = {
-    "essa": ("data", "model", "sampling", "eval", "essa"),  # data: the chat template and system prompt
-    "fgrpo": ("data", "model", "sampling", "eval", "grpo"),
-}
+#: the sections every trainer's trajectory depends on besides its own: data (the chat template and system prompt),
+#: and the model, sampling and eval settings its scorer or rollouts read
+TRAJECTORY_READS = ("data", "model", "sampling", "eval")
 
 
-def method_trajectory(cfg: PipelineConfig, method: str | None = None) -> dict[str, Any]:
-    """The trajectory-marked fields that training with `method` (default cfg.method) depends on, as {dotted key:
-    value}: what a checkpoint records and a resume must find unchanged (marks on the fields, `config_base`)."""
+def section_trajectory(cfg: PipelineConfig, section: str) -> dict[str, Any]:
+    """The trajectory-marked fields that training with the `section` section (essa, grpo) depends on, as {dotted
+    key: value}: its own and those of TRAJECTORY_READS; what a checkpoint records and a resume must find unchanged
+    (marks on the fields, `config_base`). A method's object gives its own: `method_of(cfg).trajectory(cfg)`."""
     out: dict[str, Any] = {}
-    for section in _TRAJECTORY_SECTIONS.get(method or cfg.method, ()):
-        out.update(trajectory_values(getattr(cfg, section), f"{section}."))
+    for name in (*TRAJECTORY_READS, section):
+        out.update(trajectory_values(getattr(cfg, name), f"{name}."))
     return out
 
 

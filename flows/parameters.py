@@ -33,6 +33,7 @@ from essaflow.config import (
     read_yaml_tree,
 )
 from essaflow.config_base import StrictConfig
+from essaflow.methods import METHODS, other_methods
 from essaflow.secrets import NO_PASSWORD_IN_FORM, mask_tree, uri_passwords_to_env
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -85,8 +86,6 @@ def without_uri_passwords(params: Any) -> Any:
 
 # ------------------------------------------------------------------------------------------------ finetune
 
-_OTHER_SECTION = {"essa": "grpo", "fgrpo": "essa"}
-
 
 class _MethodPipeline(PresetParams):
     """PipelineConfig of one method; validated as the full PipelineConfig too, so its cross-field rules hold."""
@@ -102,10 +101,11 @@ class _MethodPipeline(PresetParams):
 
 
 def _method_model(name: str, method: Literal["essa", "fgrpo"], preset: str, doc: str) -> type[_MethodPipeline]:
-    """PipelineConfig's fields in their order, less the other method's section, `method` fixed to this one."""
+    """PipelineConfig's fields in their order, less the other methods' sections, `method` fixed to this one."""
     fields: dict[str, Any] = {}
+    unread = {other.section for other in other_methods(METHODS.get(method))}
     for key, info in PipelineConfig.model_fields.items():
-        if key == _OTHER_SECTION[method]:
+        if key in unread:
             continue
         if key == "method":
             # one choice, shown as a select: the other method is the other deployment

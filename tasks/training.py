@@ -13,6 +13,7 @@ from typing import Any
 from prefect import task
 
 from essaflow.config import DataConfig, ModelConfig, PipelineConfig, SFTConfig
+from essaflow.methods import method_of
 from essaflow.refs import AdapterRef, DatasetRef, RunRef
 from essaflow.stages.training import planned_steps, progress_note, train_stage, warm_start_stage
 from tasks.failures import masked_errors
@@ -38,8 +39,8 @@ def train_adapter(config: PipelineConfig, dataset: DatasetRef, sft: AdapterRef, 
     written, the progress to a Prefect progress artifact.
 
     The whole pipeline config: the trainers take it (each reads its method's section and the sections its scorer
-    or rollouts use, essaflow.config.method_trajectory)."""
-    if config.method == "none":  # the SFT adapter is the result
+    or rollouts use, the method's `trajectory`)."""
+    if not method_of(config).trains:  # method none: the SFT adapter is the result
         return train_stage(config, dataset, sft, run)
     total = planned_steps(config)
     progress = StageProgress("train", total)

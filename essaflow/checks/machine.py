@@ -14,6 +14,8 @@ import os
 import sys
 from typing import Any
 
+from essaflow.methods import method_of
+
 #: values of CUDA_VISIBLE_DEVICES that hide every GPU
 _NO_DEVICES = ("", "-1", "none", "nodevfiles")
 
@@ -34,18 +36,20 @@ def vllm_installed() -> bool:
 
 
 def _runs_on_a_cluster(cfg: Any) -> bool:
-    """F-GRPO ranks on Ray Train run on the cluster's nodes, which may have GPUs this machine lacks."""
+    """A method's Ray workers on an existing cluster (F-GRPO's ranks on Ray Train) run on the cluster's nodes, which
+    may have GPUs this machine lacks."""
     from essaflow.checks.cluster import joins_existing_cluster
 
-    return cfg.method == "fgrpo" and cfg.cluster_request() is not None and joins_existing_cluster(cfg.ray_address)
+    return cfg.cluster_request() is not None and joins_existing_cluster(cfg.ray_address)
 
 
 def machine_problems(cfg: Any) -> list[str]:
     """What this machine lacks for `cfg` (a PipelineConfig), one line each naming the setting and the fix."""
     problems = []
     asked = [("model.device", cfg.model.device)]
-    if cfg.method == "fgrpo" and not _runs_on_a_cluster(cfg):
-        asked.append(("grpo.device", cfg.grpo.device))
+    devices = method_of(cfg).devices(cfg)  # F-GRPO: grpo.device
+    if devices and not _runs_on_a_cluster(cfg):
+        asked += devices
     for field, device in asked:
         if device == "cuda" and not cuda_visible():
             problems.append(

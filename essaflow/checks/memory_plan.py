@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from essaflow.checks.findings import Findings
+from essaflow.methods import method_of
 from essaflow.model.architecture import Architecture
 
 if TYPE_CHECKING:
@@ -191,7 +192,7 @@ def target_of(cfg: PipelineConfig) -> Target | None:
     """The plan's target read from a PipelineConfig; None when it asks for no plan (no grpo.workers.gpu_memory_gib,
     or not F-GRPO)."""
     g = cfg.grpo
-    if cfg.method != "fgrpo" or g.workers.gpu_memory_gib is None:
+    if not method_of(cfg).plans_memory or g.workers.gpu_memory_gib is None:
         return None
     d = cfg.data
     prompt = d.max_prompt_tokens or d.max_prompt_chars  # a token is at least one character: an upper bound

@@ -12,8 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-#: the sections each method leaves unread (the method that trains reads its own)
-_UNREAD = {"essa": ("grpo",), "fgrpo": ("essa",), "none": ("essa", "grpo")}
+from essaflow.methods import method_of, other_methods
 
 
 def set_keys(section: BaseModel, prefix: str) -> list[str]:
@@ -64,19 +63,15 @@ def config_notes(cfg: Any) -> list[str]:
     """`note:` lines for `cfg` (a PipelineConfig): unread sections that were set, task knobs no task reads, fsdp
     over one rank."""
     notes = task_knob_notes(cfg.data)
-    for section in _UNREAD[cfg.method]:
+    method = method_of(cfg)
+    for other in other_methods(method):  # the sections it leaves unread (the method that trains reads its own)
+        section = other.section
         keys = set_keys(getattr(cfg, section), f"{section}.")
         if keys:
             shown = ", ".join(keys[:4]) + (f" and {len(keys) - 4} more" if len(keys) > 4 else "")
-            trains = {"essa": "essa", "grpo": "fgrpo"}[section]
             notes.append(f"note: {shown} set, but method is {cfg.method}: the {section} section is ignored "
-                         f"(method: {trains} trains with it)")  # fmt: skip
-    grpo = cfg.grpo
-    if cfg.method == "fgrpo" and grpo.sharding == "fsdp" and grpo.workers.count == 1:
-        notes.append(
-            "note: grpo.sharding=fsdp with grpo.workers.count=1: one rank holds every shard, so fsdp saves no memory "
-            "(the steps are ddp's); raise grpo.workers.count to shard the model, or use grpo.sharding=ddp"
-        )
+                         f"(method: {other.name} trains with it)")  # fmt: skip
+    notes += method.notes(cfg)
     threshold = cfg.eval.correct_threshold
     if threshold <= 0:
         notes.append(f"note: eval.correct_threshold={threshold:g}: a completion counts as correct when its reward is "

@@ -22,7 +22,7 @@ import contextlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
@@ -37,10 +37,9 @@ from essaflow.config import (
 )
 from essaflow.config_base import ConfigError, StrictConfig
 from essaflow.judging.reward_ref import absolute_ref
+from essaflow.methods import METHODS, TrainedMethodName, method_of
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
-#: the section each trainer reads its seed and time budget from
-SECTION = {"essa": "essa", "fgrpo": "grpo"}
 
 
 class MethodSpec(StrictConfig):
@@ -48,7 +47,7 @@ class MethodSpec(StrictConfig):
 
     name: str
     """Short id in run names, the report and the JSON line (lowercase letters, digits, '-'), e.g. fgrpo-g1."""
-    method: Literal["essa", "fgrpo"]
+    method: TrainedMethodName
     """The trainer: essa, or fgrpo for the GRPO family (GRPO is fgrpo with grpo.gamma=0; DAPO and CISPO are
     grpo.loss=dapo|cispo)."""
     set: dict[str, Any] = {}
@@ -130,7 +129,7 @@ class CompareConfig(StrictConfig):
 
     @model_validator(mode="after")
     def _arms_valid(self) -> CompareConfig:
-        if self.task.method != "none":
+        if method_of(self.task).trains:
             raise ValueError(f"task.method must be none (the methods come from `methods`), got {self.task.method!r}")
         names = [m.name for m in self.methods]
         if len(set(names)) != len(names):
@@ -147,7 +146,7 @@ class CompareConfig(StrictConfig):
     def arm_config(self, spec: MethodSpec, seed: int) -> PipelineConfig:
         """The pipeline config of `spec` with `seed`: the task, the method's overrides, its seed and the budget."""
         tree = {**self.task.model_dump(mode="json"), "name": self.name, "method": spec.method}
-        section = SECTION[spec.method]
+        section = METHODS.get(spec.method).section  # where its trainer reads its seed and time budget
         forced = {f"{section}.seed": seed, f"{section}.time_budget_s": self.budget_s}
         try:
             return parse_config(apply_values(tree, {**spec.set, **forced}))

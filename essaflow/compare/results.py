@@ -166,8 +166,9 @@ class Paired:
 
 def paired(arms: list[ArmResult], a: str, b: str, metric: str, baseline: dict[str, float] | None = None) -> Paired:
     """a - b on `metric` per seed; b may be the SFT start (`baseline`, the same for every seed)."""
-    runs_a = {r.seed: r.headline()[metric] for r in arms if r.method == a}
-    runs_b = {r.seed: r.headline()[metric] for r in arms if r.method == b} if baseline is None else {}
+    seeds = {name: {r.seed: r.headline()[metric] for r in runs} for name, runs in by_method(arms).items()}
+    runs_a = seeds.get(a, {})
+    runs_b = seeds.get(b, {}) if baseline is None else {}
     diffs = [v - (baseline[metric] if baseline is not None else runs_b[s]) for s, v in runs_a.items()
              if baseline is not None or s in runs_b]  # fmt: skip
     s = spread(diffs)

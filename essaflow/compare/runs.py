@@ -27,12 +27,12 @@ from essaflow.compare.results import (
     plain_grpo,
 )
 from essaflow.compare.scaling import compare_projection
-from essaflow.config import ESSAConfig, GRPOConfig, PipelineConfig
+from essaflow.config import PipelineConfig
 from essaflow.gate.digests import protocol_digest
+from essaflow.methods import METHODS, method_of
 from essaflow.projection.measured import RunMetrics
 from essaflow.refs import AdapterRef, EvalRef, RunRef
 from essaflow.runs.journal import Journal
-from essaflow.runs.method_tags import method_tags
 from essaflow.secrets import safe_uri
 from essaflow.storage import open_store
 
@@ -82,7 +82,7 @@ def open_arm_run(parent: RunRef, arm: Arm) -> RunRef:
         "essaflow.method": c.method,
         "essaflow.compare_method": arm.method,
         "essaflow.seed": arm.seed,
-        **{f"essaflow.{k}": v for k, v in method_tags(c.method, c.essa, c.grpo).items()},
+        **{f"essaflow.{k}": v for k, v in method_of(c).tags(c).items()},
         "essaflow.run_uri": f"{parent.storage_uri.rstrip('/')}/runs/{run_id}",
     }
     mlrun = tracking.start_run(c, parent.tracking_uri, run_id, tags)
@@ -102,7 +102,7 @@ def close_arm_run(run: RunRef, arm: Arm, tuned: AdapterRef, after: EvalRef, star
     finished."""
     measured, rows = read_eval_report(after), arm_rows(run)
     trainable = max((r.get("trainable_bytes", 0) for r in rows), default=0)
-    payload = float(trainable) * arm.config.grpo.mini_batches if arm.config.method == "fgrpo" else 0.0
+    payload = method_of(arm.config).allreduce_bytes(arm.config, trainable)
     result = ArmResult(
         method=arm.method,
         label=tuned.training.method_label,
@@ -127,27 +127,26 @@ def close_arm_run(run: RunRef, arm: Arm, tuned: AdapterRef, after: EvalRef, star
 
 
 def projection_runs(cfg: CompareConfig, arms: list[ArmResult], parent: RunRef) -> dict[str, RunMetrics | None]:
-    """The first seed's rows of the methods that stand for ESSA and for GRPO (compare.projection)."""
+    """The first seed's rows of the methods that stand for ESSA and for GRPO (compare.projection; by default the
+    first method each latency model prices, `Method.projection`)."""
     specs = {m.name: m for m in cfg.methods}
-    essa = cfg.projection.essa or next((m.name for m in cfg.methods if m.method == "essa"), None)
-    fgrpo = next((m.name for m in cfg.methods if m.method == "fgrpo"), None)
-    grpo = cfg.projection.grpo or plain_grpo(arms) or fgrpo
+    priced: dict[str | None, str] = {}
+    for spec in cfg.methods:
+        priced.setdefault(METHODS.get(spec.method).projection, spec.name)
+    first_seed: dict[str, ArmResult] = {}
+    for arm in arms:
+        first_seed.setdefault(arm.method, arm)
+    chosen = {"essa": cfg.projection.essa or priced.get("essa"),
+              "grpo": cfg.projection.grpo or plain_grpo(arms) or priced.get("grpo")}  # fmt: skip
     out: dict[str, RunMetrics | None] = {"essa": None, "grpo": None}
-    for key, name in (("essa", essa), ("grpo", grpo)):
+    for key, name in chosen.items():
         if name is None:
             continue
-        first = next(a for a in arms if a.method == name)
+        first = first_seed[name]
         run = parent.model_copy(update={"run_id": first.run_id})
         c = cfg.arm_config(specs[name], first.seed)
-        out[key] = RunMetrics(key, arm_rows(run), unrecorded_settings(c.method, c.essa, c.grpo))
+        out[key] = RunMetrics(key, arm_rows(run), method_of(c).projection_settings(c))
     return out
-
-
-def unrecorded_settings(method: str, essa: ESSAConfig, grpo: GRPOConfig) -> dict[str, int]:
-    """What the latency model needs that the rows do not record (essaflow/projection/measured.py)."""
-    if method == "essa":
-        return {"workers": essa.workers.count, "population": essa.population, "minibatch": essa.minibatch}
-    return {"workers": grpo.workers.count, "mini_batches": grpo.mini_batches}
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ values. The rest (length, evaluation and checkpoint cadence, early stop, workers
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -29,6 +29,9 @@ RENAMED = {
 
 class ESSAConfig(StrictConfig):
     """ESSA: CMA-ES over SVD-LoRA singular values (ESSA-v3 sec. 3.2, App. A)."""
+
+    METHOD: ClassVar[str] = "essa"
+    """The pipeline's `method:` that trains with this section (essaflow/methods/essa.py)."""
 
     alpha: float = trajectory(1.0, gt=0.0, le=1.0)
     """Fraction of each factor's singular values that is trainable: top floor(alpha*r) (Alg.1 line 6)."""
@@ -114,6 +117,14 @@ class ESSAConfig(StrictConfig):
             return None
         w = self.workers
         return TrainingRequest(w.count, w.cpus, w.gpus, w.placement_strategy)
+
+    def pipeline_problem(self, sft_trains: bool, adapter_uri: str | None) -> str | None:
+        """What ESSA asks of the rest of the pipeline: a trained adapter to search (the SFT step, or adapter_uri)."""
+        if sft_trains or adapter_uri:
+            return None
+        return ("sft.enabled: false (or sft.steps: 0) with method essa: ESSA searches the singular values of a trained "
+                "LoRA adapter (ESSA-v3 sec. 3.2), and an untrained one (B = 0) has none; keep the SFT step or give "
+                "adapter_uri")  # fmt: skip
 
     @property
     def fitness_kind(self) -> str:

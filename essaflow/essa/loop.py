@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from essaflow.config import PipelineConfig, changed_trajectory, method_trajectory
+from essaflow.config import PipelineConfig, changed_trajectory, section_trajectory
 from essaflow.data import Splits
 from essaflow.essa.checkpoint import FORMAT, read_checkpoint, write_checkpoint
 from essaflow.essa.distributed import RayPopulation
@@ -158,7 +158,7 @@ class Search:
         meta = {
             "generation": self.generation,
             "dimension": self.svd.dimension,
-            "trajectory": method_trajectory(self.cfg, "essa"),
+            "trajectory": section_trajectory(self.cfg, "essa"),
             "metrics": self.history,
         }
         parts = {"strategy": self.strategy.state_dict(), "sampler": self.sampler.state_dict(), "trainer": (meta, {})}
@@ -171,7 +171,7 @@ class Search:
             return None
         generation, parts = read_checkpoint(latest)
         meta = parts["trainer"][0]
-        changed = changed_trajectory(meta["trajectory"], method_trajectory(self.cfg, "essa"))
+        changed = changed_trajectory(meta["trajectory"], section_trajectory(self.cfg, "essa"))
         if changed:
             raise ValueError(
                 f"checkpoint {latest} was written with different settings ({', '.join(changed)}); resuming "

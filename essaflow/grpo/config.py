@@ -6,7 +6,7 @@ Worker count is not one of them: the step gives the same gradients on 1 or N ran
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -32,6 +32,9 @@ BUILTIN_ADVANTAGES = ("grpo", "drgrpo")
 
 class GRPOConfig(StrictConfig):
     """GRPO family with F-GRPO's focal weight (FGRPO-v2 sec. 4, App. L)."""
+
+    METHOD: ClassVar[str] = "fgrpo"
+    """The pipeline's `method:` that trains with this section (essaflow/methods/fgrpo.py)."""
 
     loss: str = trajectory("grpo")
     """Policy loss by name (essaflow.grpo.losses registry): grpo, dapo, cispo (FGRPO-v2 App. B)."""
@@ -136,6 +139,10 @@ class GRPOConfig(StrictConfig):
         gpus = {"cuda": 1.0, "cpu": 0.0}.get(self.device)
         w = self.workers
         return TrainingRequest(w.count, w.cpus, gpus, w.placement_strategy)
+
+    def pipeline_problem(self, sft_trains: bool, adapter_uri: str | None) -> str | None:
+        """What F-GRPO asks of the rest of the pipeline: nothing (it trains from an untrained adapter too)."""
+        return None
 
     @field_validator("loss")
     @classmethod

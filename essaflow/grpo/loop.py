@@ -34,7 +34,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from essaflow.config import PipelineConfig, method_trajectory
+from essaflow.config import PipelineConfig, section_trajectory
 from essaflow.data import Splits
 from essaflow.data.schema import Problem
 from essaflow.generation.sampling import TransformersGenerator, warn_if_truncated
@@ -81,7 +81,7 @@ def train_worker(inputs: WorkerInputs, info: WorkerInfo, emit: Emit) -> None:
         first, history = restore_training_state(learner, resume)
         emit(Resumed(first))
     slots = worker_slots(g.prompts_per_step, info.world_size, info.rank)
-    trajectory = method_trajectory(cfg, "fgrpo")
+    trajectory = section_trajectory(cfg, "grpo")
     wall0, done = time.perf_counter(), first
     while done < g.steps and not out_of_time(g.time_budget_s, history):
         metrics, done = train_step(learner, inputs.train, slots, done), done + 1

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from essaflow.config import PipelineConfig, changed_trajectory, method_trajectory
+from essaflow.config import PipelineConfig, changed_trajectory, section_trajectory
 from essaflow.grpo import checkpoint as ckpt
 from essaflow.grpo.learner import Learner
 from essaflow.model.loading import save_adapter_atomic
@@ -91,7 +91,7 @@ def restore_training_state(learner: Learner, resume: Path) -> tuple[int, list[di
 
 def check_trajectory(cfg: PipelineConfig, state: dict[str, Any], resume: Path) -> None:
     """Refuse a checkpoint written under other trajectory settings: resuming it would not replay the run."""
-    changed = changed_trajectory(state.get("trajectory", {}), method_trajectory(cfg, "fgrpo"))
+    changed = changed_trajectory(state.get("trajectory", {}), section_trajectory(cfg, "grpo"))
     if changed:
         raise ValueError(
             f"checkpoint {resume} was written with different settings ({', '.join(changed)}); resuming would "

@@ -142,8 +142,12 @@ def grpo_costs(run: RunMetrics) -> tuple[GradIteration, dict[str, Any]]:
     return grad, notes
 
 
+#: what each latency model's rows count their iterations by
+_ITERATION_KEY = {"essa": "generation", "grpo": "step"}
+
+
 def _curve(run: RunMetrics) -> list[tuple[int, float]]:
-    key = "generation" if run.method == "essa" else "step"
+    key = _ITERATION_KEY[run.method]
     return [(int(r[key]), float(r["eval_greedy"])) for r in run.rows if "eval_greedy" in r and key in r]
 
 

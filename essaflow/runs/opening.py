@@ -19,11 +19,11 @@ from essaflow.artifacts import check_storage, storage_uri_for
 from essaflow.checks.cluster import check_training_fits
 from essaflow.checks.preflight import require_runnable
 from essaflow.config import PipelineConfig
+from essaflow.methods import method_of
 from essaflow.refs import RunRef
 from essaflow.runs import lease
 from essaflow.runs.crashed import mark_crashed
 from essaflow.runs.journal import Journal
-from essaflow.runs.method_tags import method_tags
 from essaflow.runs.record import record_run
 from essaflow.runs.resume import resolve_run_id
 from essaflow.storage import open_store
@@ -60,7 +60,7 @@ def run_tags(config: PipelineConfig, storage_uri: str, run_id: str, flow: FlowRu
     the flow run it belongs to."""
     tags = {
         "essaflow.method": config.method,
-        **{f"essaflow.{k}": v for k, v in method_tags(config.method, config.essa, config.grpo).items()},
+        **{f"essaflow.{k}": v for k, v in method_of(config).tags(config).items()},
         **{f"essaflow.{k}": v for k, v in config.eval.judged_with().items()},
         "essaflow.storage_uri": storage_uri,
         "essaflow.run_uri": f"{storage_uri.rstrip('/')}/runs/{run_id}",

@@ -15,13 +15,13 @@ import logging
 from collections.abc import Callable
 
 from essaflow.config import PipelineConfig
+from essaflow.methods import method_of
 from essaflow.timing import Timer
 
 log = logging.getLogger(__name__)
 
 MODEL_STACK = ("essaflow.model.loading", "essaflow.judging.model_eval")
 """Modules the first model stages import (the base model, then its evaluation), in the order they need them."""
-TRAINERS = {"essa": "essaflow.essa.loop", "fgrpo": "essaflow.grpo.loop"}
 
 
 def preload(cfg: PipelineConfig, busy: Callable[[], bool]) -> dict[str, float]:
@@ -30,8 +30,11 @@ def preload(cfg: PipelineConfig, busy: Callable[[], bool]) -> dict[str, float]:
     meets it again, with its retries and its message."""
     timer = Timer()
     steps = [("tracking", lambda: _tracking_store(cfg))]
-    modules = [*MODEL_STACK, "essaflow.training.warm_start", TRAINERS.get(cfg.method, "")]
-    steps += [("compute", lambda m=m: importlib.import_module(m)) for m in modules if m]
+    modules = [*MODEL_STACK, "essaflow.training.warm_start"]
+    steps += [("compute", lambda m=m: importlib.import_module(m)) for m in modules]
+    method = method_of(cfg)
+    if method.trains:
+        steps.append(("compute", method.preload))  # its trainer
     for part, step in steps:
         if not busy():
             break

@@ -4,7 +4,7 @@ A run records its config in storage when it opens (essaflow/runs/record.py). A r
 new attempt finds the run's checkpoints (`runs/<run_id>/checkpoints/`), its MLflow run (by the `essaflow.run_id`
 tag) and its cached dataset and SFT adapter (content-addressed), and continues from the newest complete checkpoint.
 It is refused before any compute when the config differs in a field the run's trajectory depends on: the
-trajectory-marked fields of the method's sections (`config.method_trajectory`), the data section (the splits the
+trajectory-marked fields of the method's sections (`Method.trajectory`), the data section (the splits the
 trainer reads), the method and the seed. This module never imports prefect.
 """
 
@@ -14,7 +14,8 @@ import logging
 import re
 from typing import Any
 
-from essaflow.config import ConfigError, PipelineConfig, changed_trajectory, method_trajectory
+from essaflow.config import ConfigError, PipelineConfig, changed_trajectory
+from essaflow.methods import method_of
 from essaflow.runs.crashed import mark_crashed
 from essaflow.runs.record import recorded_config
 from essaflow.storage import ArtifactStore
@@ -43,7 +44,7 @@ def resume_identity(cfg: PipelineConfig) -> dict[str, Any]:
         "seed": cfg.seed,
         **_flat(cfg.data.model_dump(mode="json"), "data."),
         "eval.data": cfg.eval.data.model_dump(mode="json") if cfg.eval.data else None,  # the held-out source
-        **method_trajectory(cfg),
+        **method_of(cfg).trajectory(cfg),
     }
 
 
@@ -59,7 +60,8 @@ def check_resumable(saved: PipelineConfig, cfg: PipelineConfig, run_id: str) -> 
             f"resume {run_id}: that is a run of pipeline {saved.name!r}, not of {cfg.name!r}: resume it with the "
             "config it was started with, or start a new run without --resume"
         )
-    if saved.method != cfg.method:  # every field of both methods' sections would differ
+    trained = method_of(saved)
+    if trained is not method_of(cfg):  # every field of both methods' sections would differ
         raise ConfigError(
             f"resume {run_id}: that run trained method {saved.method!r}, this config method {cfg.method!r}: resume it "
             f"with method: {saved.method}, or start a new run without --resume"

@@ -20,9 +20,9 @@ from typing import Any
 from essaflow.checks.preflight import require_reachable
 from essaflow.config import PipelineConfig
 from essaflow.generation.sampling import resolve_backend
+from essaflow.methods import method_of
 from essaflow.refs import AdapterRef, DatasetRef, EvalRef, Ref, RunRef
 from essaflow.runs.line import json_line, overhead, stage_parts
-from essaflow.runs.method_tags import method_label
 from essaflow.stages.data import publish_run_data
 from essaflow.stages.evaluation import evaluate_start, evaluate_tuned
 from essaflow.stages.training import planned_steps, train_stage, warm_start_stage
@@ -48,18 +48,7 @@ def _progress_line(cfg: PipelineConfig, row: dict[str, Any]) -> str | None:
     done = int(row.get("step", row.get("generation", 0)))
     if "eval_greedy" not in row and done % max(1, total // 20) and done != total:
         return None
-    if cfg.method == "essa" and "fitness_mean" in row:
-        line = (
-            f"fitness {row['fitness_mean']:.3f}/{row['fitness_max']:.3f} ties {row['tie_share']:.2f} "
-            f"sigma {row['sigma']:.3g}"
-        )
-    elif "reward_mean" in row:
-        line = (
-            f"reward {row['reward_mean']:.3f} zero-var {row['zero_variance_share']:.2f} "
-            f"focal {row['focal_mean_active']:.2f} {row['step_s']:.2f}s/step"
-        )
-    else:
-        line = ""
+    line = method_of(cfg).progress(row)
     held_out = f" held-out greedy {row['eval_greedy']:.3f}" if "eval_greedy" in row else ""
     return f"{cfg.method} {done}/{total}: {line}{held_out}"
 
@@ -74,7 +63,8 @@ def job_run(cfg: PipelineConfig) -> RunRef:
 
 def run_training_job(cfg: PipelineConfig) -> dict[str, Any]:
     """The job's stages on cfg (cfg.method essa or fgrpo); returns the JSON line the CLI prints last."""
-    t0, label = time.perf_counter(), method_label(cfg.method, cfg.essa, cfg.grpo)
+    t0, method = time.perf_counter(), method_of(cfg)
+    label = method.label(cfg)
     require_reachable(cfg)  # a Ray head that is not there, a hub id that resolves nowhere: before any compute
     run = job_run(cfg)
     dataset = publish_run_data(cfg.data, run.storage_uri, cfg.eval.data, cfg.model)

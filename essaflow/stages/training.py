@@ -22,6 +22,7 @@ from typing import Any
 from essaflow import tracking
 from essaflow.artifacts import fetch_dir, local_digest, manifest_digest, publish_dir, read_dataset
 from essaflow.config import DataConfig, ModelConfig, PipelineConfig, SFTConfig
+from essaflow.methods import method_of
 from essaflow.refs import AdapterRef, DatasetRef, RunRef, TrainingSummary
 from essaflow.storage import ArtifactStore, StorageError, open_store
 from essaflow.storage.cache_dir import cache_root
@@ -86,7 +87,7 @@ def warm_start_stage(
 
 def planned_steps(cfg: PipelineConfig) -> int:
     """Generations (ESSA) or optimizer steps (F-GRPO) the training runs at most."""
-    return cfg.essa.generations if cfg.method == "essa" else cfg.grpo.steps
+    return method_of(cfg).planned_steps(cfg)
 
 
 def progress_note(row: dict[str, Any]) -> tuple[int, str]:
@@ -125,7 +126,7 @@ def train_stage(
     timer, store = Timer(), open_store(run.storage_uri)
     with timer.part("storage"):
         sft_dir = fetch_dir(sft.uri, sft.digest)
-    if config.method == "none":
+    if not method_of(config).trains:
         with timer.part("storage"):
             uri, digest = publish_dir(store, f"{run.run_prefix}/adapter", sft_dir, overwrite=True)
         return AdapterRef(uri=uri, digest=digest, kind="none", stage="train", timings=timer.timings())

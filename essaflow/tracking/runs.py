@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from essaflow.config import PipelineConfig
+from essaflow.methods import method_of
 from essaflow.refs import RunRef
 from essaflow.secrets import is_secret, safe_uri, scrub
 from essaflow.tracking.server import client
@@ -42,8 +43,7 @@ def flat_params(cfg: PipelineConfig) -> dict[str, str]:
         out[prefix] = scrub(safe_uri(value) if "://" in value else value)[:6000]
 
     walk("", cfg.model_dump(mode="json"))
-    if cfg.method == "essa":  # how the ESSA result was obtained, beside the fitness it names
-        out["essa.fitness_kind"] = cfg.essa.fitness_kind
+    out.update(method_of(cfg).params(cfg))  # ESSA: how the result was obtained, beside the fitness it names
     return out
 
 

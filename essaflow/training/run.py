@@ -19,25 +19,12 @@ from pathlib import Path
 from essaflow.artifacts import publish_dir, restore_checkpoint, sync_checkpoint
 from essaflow.config import PipelineConfig
 from essaflow.data import Splits
+from essaflow.methods import method_of
 from essaflow.refs import AdapterRef, TrainingSummary
-from essaflow.runs.method_tags import method_tags
 from essaflow.storage import ArtifactStore
 from essaflow.trainer_io import TrainCallbacks, TrainResult
 
 log = logging.getLogger(__name__)
-
-
-def load_trainer(method: str) -> Callable[..., TrainResult]:
-    """The trainer of `method` (essa or fgrpo), imported only when that method runs (each brings its own stack)."""
-    if method == "essa":
-        from essaflow.essa.loop import train_essa
-
-        return train_essa
-    if method == "fgrpo":
-        from essaflow.grpo.loop import train_grpo
-
-        return train_grpo
-    raise ValueError(f"method {method!r} has no trainer (essa or fgrpo)")
 
 
 @dataclass(frozen=True)
@@ -67,7 +54,7 @@ class Trained:
         trainer's result (the method tags of cfg, steps, resume point, work per node, usage, sharding, memory)."""
         r = self.result
         summary = TrainingSummary(
-            **method_tags(cfg.method, cfg.essa, cfg.grpo),
+            **method_of(cfg).tags(cfg),
             steps=r.steps,
             resumed_from=r.resumed_from,
             work_by_node=r.work_by_node,
@@ -103,7 +90,7 @@ def train_method(
     `work_dir` is this call's scratch directory (checkpoints and the result are written there first). `part(name)`
     is an optional timer context ("compute", "storage") so callers can split the stage's time.
     """
-    trainer = load_trainer(cfg.method)
+    trainer = method_of(cfg).trainer()
     checkpoints = Path(work_dir) / "checkpoints"
     with part("storage"):
         restored = restore_checkpoint(storage.store, storage, checkpoints)

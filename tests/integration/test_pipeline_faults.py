@@ -15,7 +15,7 @@ from essaflow.artifacts import manifest_digest
 from essaflow.config import parse_config
 from essaflow.gate import promotion
 from essaflow.storage import MANIFEST, open_store
-from essaflow.training import run as training
+from essaflow.methods import ESSA
 from tests.integration.pipeline_support import task_run_states, tiny
 from tests.support.waiting import wait_until
 
@@ -73,7 +73,7 @@ def test_a_train_task_killed_once_resumes_from_its_checkpoint_and_ends_with_the_
     cfg = {"method": "essa", "essa": {**tiny()["essa"], "generations": 3, "checkpoint_every": 1}}
     clean = _finetune({"name": "resume-clean", **cfg})
 
-    real, attempts, resumed = training.load_trainer("essa"), [], []
+    real, attempts, resumed = ESSA.trainer(), [], []
 
     def crashes_once(config, splits, sft, out_dir, checkpoint_dir=None, on_metrics=None, on_checkpoint=None):
         attempts.append(sorted(p.name for p in checkpoint_dir.glob("[0-9]*")) if checkpoint_dir.exists() else [])
@@ -87,7 +87,7 @@ def test_a_train_task_killed_once_resumes_from_its_checkpoint_and_ends_with_the_
         resumed.append(result.resumed_from)
         return result
 
-    monkeypatch.setattr(training, "load_trainer", lambda method: crashes_once)
+    monkeypatch.setattr(ESSA, "trainer", lambda: crashes_once)
     crashed = _finetune({"name": "resume-crash", **cfg})
 
     assert attempts == [[], ["00000001"]]  # the retry found generation 1, downloaded from storage

@@ -217,10 +217,10 @@ def test_s3_killed_mid_checkpoint_upload_leaves_nothing_partial_and_a_resumed_ru
 
 def test_a_flow_retry_keeps_the_run_id_resumes_and_logs_each_step_once(stack_in_process, uninterrupted, monkeypatch):
     import flows.finetune as pipeline
-    from essaflow.training import run as training
+    from essaflow.methods import ESSA
 
     clean = uninterrupted.digest
-    real, calls = training.load_trainer("essa"), []
+    real, calls = ESSA.trainer(), []
 
     def dies_after_logging_generation_3(config, splits, sft, out_dir, checkpoint_dir=None, on_metrics=None,
                                         on_checkpoint=None):  # fmt: skip
@@ -233,7 +233,7 @@ def test_a_flow_retry_keeps_the_run_id_resumes_and_logs_each_step_once(stack_in_
 
         return real(config, splits, sft, out_dir, checkpoint_dir, metrics_then_die, on_checkpoint)
 
-    monkeypatch.setattr(training, "load_trainer", lambda method: dies_after_logging_generation_3)
+    monkeypatch.setattr(ESSA, "trainer", lambda: dies_after_logging_generation_3)
     no_retry = pipeline.train_adapter.with_options(retries=0)  # the flow's retry takes over
     monkeypatch.setattr(pipeline, "train_adapter", no_retry)
     flow = pipeline.finetune.with_options(retries=1, retry_delay_seconds=0)

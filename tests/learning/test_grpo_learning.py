@@ -23,7 +23,7 @@ from essaflow.config import EvalConfig, load_config
 from essaflow.data.prepare import prepare_splits
 from essaflow.grpo.loop import train_grpo
 from essaflow.judging.model_eval import evaluate_adapter
-from essaflow.runs.method_tags import method_label
+from essaflow.methods import FGRPO
 from tests.support.shipped_starts import shipped_start
 
 pytestmark = pytest.mark.learning
@@ -38,7 +38,7 @@ def test_grpo_raises_held_out_reward_on_the_tiny_model(tmp_path):
     start = shipped_start(PRESET.name, cfg, splits, tmp_path)
     eval_cfg = EvalConfig(samples_per_problem=8, ks=[1, 8])
     before = evaluate_adapter(cfg.model, start, splits.eval, eval_cfg, cfg.sampling)
-    label = method_label(cfg.method, cfg.essa, cfg.grpo)  # F-GRPO(gamma=0.5): how the figures were obtained
+    label = FGRPO.label(cfg)  # F-GRPO(gamma=0.5): how the figures were obtained
     pass1_gain, greedy_gain = [], []
     for seed in SEEDS:
         seeded = load_config(PRESET, [*overrides, f"grpo.seed={seed}"])

@@ -8,10 +8,8 @@ from statistics import mean
 
 from essaflow.config import load_config
 from essaflow.data.prepare import prepare_splits
-from essaflow.essa.loop import train_essa
-from essaflow.grpo.loop import train_grpo
 from essaflow.judging.model_eval import evaluate_adapter
-from essaflow.runs.method_tags import method_label
+from essaflow.methods import method_of
 from tests.support.shipped_starts import shipped_start
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -25,8 +23,8 @@ def greedy_gains(preset: str, overrides: list[str], out: Path) -> list[float]:
     start = shipped_start(preset, cfg, splits, out)
     greedy_only = cfg.eval.model_copy(update={"samples_per_problem": 1, "ks": [1]})
     before = evaluate_adapter(cfg.model, start, splits.eval, greedy_only, cfg.sampling, fmt).greedy
-    label, gains = method_label(cfg.method, cfg.essa, cfg.grpo), []
-    train, section = (train_essa, "essa") if cfg.method == "essa" else (train_grpo, "grpo")
+    method, gains = method_of(cfg), []
+    label, train, section = method.label(cfg), method.trainer(), method.section
     for seed in SEEDS:
         seeded = load_config(CONFIGS / preset, [*overrides, f"{section}.seed={seed}"])
         result = train(seeded, splits, start, out / f"seed{seed}")

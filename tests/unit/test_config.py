@@ -128,7 +128,10 @@ def test_each_method_keeps_its_own_worker_defaults():
 
 
 def test_trajectory_marks_select_what_a_resume_depends_on():
-    from essaflow.config import method_trajectory
+    from essaflow.methods import method_of
+
+    def method_trajectory(cfg):
+        return method_of(cfg).trajectory(cfg)
 
     essa = method_trajectory(load_config(None, ["method=essa"]))
     assert {"essa.sigma0", "essa.seed", "essa.fitness", "sampling.max_new_tokens", "eval.reward"} <= set(essa)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from essaflow.config import PipelineConfig
+from essaflow.methods import METHODS
 from essaflow.runs import preload as preload_module
 from essaflow.runs.preload import MODEL_STACK, preload
 
@@ -16,6 +17,8 @@ def loaded(monkeypatch) -> list[str]:
     seen: list[str] = []
     monkeypatch.setattr(preload_module, "_tracking_store", lambda cfg: seen.append("tracking store"))
     monkeypatch.setattr(preload_module.importlib, "import_module", seen.append)
+    for name in METHODS:  # a method's own step: its trainer
+        monkeypatch.setattr(METHODS.get(name), "preload", lambda name=name: seen.append(f"{name} trainer"))
     return seen
 
 
@@ -27,7 +30,7 @@ def test_nothing_is_loaded_once_the_other_start_up_is_done(loaded):
 def test_the_store_then_the_model_stack_then_the_trainer_load_while_the_server_starts(loaded):
     parts = preload(PipelineConfig(method="essa"), busy=lambda: True)
 
-    assert loaded == ["tracking store", *MODEL_STACK, "essaflow.training.warm_start", "essaflow.essa.loop"]
+    assert loaded == ["tracking store", *MODEL_STACK, "essaflow.training.warm_start", "essa trainer"]
     assert set(parts) == {"tracking", "compute"}  # as open_run and build_base_model time them
 
 
