@@ -25,14 +25,16 @@ def test_every_method_the_config_accepts_is_registered_and_its_section_is_a_conf
         method = METHODS.get(name)
         assert method.name == name and (CONFIGS / method.preset).is_file()
         if method.trains:  # the section's config names the method back (PipelineConfig.trained_section)
-            assert PipelineConfig.model_fields[method.section].annotation.METHOD == name
+            section = PipelineConfig.model_fields[method.section].annotation
+            assert section.METHOD == name
     with pytest.raises(UnknownName, match="unknown method 'ppo'; known: \\['essa', 'fgrpo', 'none'\\]"):
         METHODS.get("ppo")
 
 
 def test_each_method_reads_its_own_section_and_leaves_the_others():
     assert [m.section for m in (ESSA, FGRPO, SFT_ONLY)] == ["essa", "grpo", None]
-    assert other_methods(ESSA) == [FGRPO] and other_methods(FGRPO) == [ESSA] and other_methods(SFT_ONLY) == [ESSA, FGRPO]
+    assert other_methods(ESSA) == [FGRPO] and other_methods(FGRPO) == [ESSA]
+    assert other_methods(SFT_ONLY) == [ESSA, FGRPO]
     assert [m.command for m in (ESSA, FGRPO, SFT_ONLY)] == ["essa", "grpo", None]
     with pytest.raises(ValueError, match="method 'none' has no trainer"):
         SFT_ONLY.trainer()
