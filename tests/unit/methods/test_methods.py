@@ -26,7 +26,7 @@ def test_every_method_the_config_accepts_is_registered_and_its_section_is_a_conf
         assert method.name == name and (CONFIGS / method.preset).is_file()
         if method.trains:  # the section's config names the method back (PipelineConfig.trained_section)
             section = PipelineConfig.model_fields[method.section].annotation
-            assert section.METHOD == name
+            assert name == section.METHOD
     with pytest.raises(UnknownName, match="unknown method 'ppo'; known: \\['essa', 'fgrpo', 'none'\\]"):
         METHODS.get("ppo")
 
