@@ -27,7 +27,7 @@ class GateConfig(StrictConfig):
     both scored on this run's problems under this run's protocol; otherwise the new version becomes challenger."""
 
     metric: str = "pass@1"
-    """The eval metric the gate promotes on: greedy, or pass@k with k in eval.ks (or 1). Judged by rules 1-2: a mean
+    """The eval metric the gate promotes on: greedy, or pass@k with k in eval.ks (or 1). Rules 1-2 decide on it: a mean
     paired gain of at least min_delta whose interval lies above 0."""
     min_delta: float = Field(0.01, ge=0.0, le=1.0)
     """Smallest mean paired gain on the metric that promotes (absolute: 0.01 is one point of pass@1). One problem
@@ -36,7 +36,7 @@ class GateConfig(StrictConfig):
     """Level of the two-sided paired bootstrap interval of the gain; its lower end must be above 0."""
     guard_metrics: list[str] = ["greedy", LARGEST_K]
     """Metrics that must not drop by more than guard_max_drop: greedy, pass@k (k in eval.ks), or pass@max (the
-    largest k in eval.ks). The gate's metric itself is not guarded (rules 1-2 judge it)."""
+    largest k in eval.ks). The gate's metric itself is not guarded (rules 1-2 decide on it)."""
     guard_max_drop: float = Field(0.02, ge=0.0, le=1.0)
     """Largest mean paired drop allowed on each guard metric (absolute)."""
     bootstrap_resamples: int = Field(2000, ge=100)
