@@ -1,4 +1,4 @@
-"""What every config shares: strict pydantic models, one error type, trajectory marks and key aliases.
+"""What every config shares: strict pydantic models, one error type, trajectory marks and removed keys.
 
 Each stage's config lives beside the code it configures (`essa/config.py`, `grpo/config.py`, `data/config.py`,
 `model/config.py`, ...); `config.py` composes them into the pipeline config. This module holds only the pieces they
@@ -7,8 +7,9 @@ all use, so no config module imports another stage's code.
 - **Trajectory marks.** A field declared with :func:`trajectory` changes what a training run computes, so a
   checkpoint written under one value must not be resumed under another. :func:`trajectory_values` collects the
   marked fields of a config tree as dotted keys; checkpoints store them and the resume check compares them.
-- **Key aliases.** :func:`renamed_keys` lets a section accept a flat alias of a nested key (`worker_cpus` for
-  `workers.cpus`): the value moves to its dotted place and one warning line names the spelling to write.
+- **Removed keys.** :func:`gone_keys` names the keys a section no longer takes (`essa.worker_cpus`,
+  `essa.backend`), each with the key that replaces it, so a config still writing one is refused with a message
+  saying what to write.
 """
 
 from __future__ import annotations
@@ -71,33 +72,15 @@ def changed_trajectory(saved: dict[str, Any], current: dict[str, Any]) -> list[s
     return sorted(k for k in current if k in saved and saved[k] != current[k])
 
 
-def renamed_keys(tree: Any, renames: dict[str, str], section: str) -> Any:
-    """Move each alias of a raw config mapping to its dotted place, logging one line per alias given.
-
-    `renames` maps an alias to the dotted path it stands for inside the same section, e.g.
-    {"worker_cpus": "workers.cpus"}. An alias given together with the key it stands for is an error (which one
-    would win is a guess).
-    """
-    if not isinstance(tree, dict) or not any(old in tree for old in renames):
-        return tree
-    tree = dict(tree)
-    for old, new in renames.items():
-        if old not in tree or (old == new.split(".")[0] and isinstance(tree[old], dict | BaseModel)):
-            continue  # absent, or already the new section of the same name (essa.workers: {count: 2})
-        value = tree.pop(old)
-        *parents, leaf = new.split(".")
-        node = tree
-        for part in parents:
-            child = node.get(part)
-            if isinstance(child, BaseModel):
-                child = child.model_dump()
-            node[part] = child = dict(child) if isinstance(child, dict) else {}
-            node = child
-        if leaf in node:
-            raise ValueError(f"{section}.{old} and {section}.{new} both given; keep only {section}.{new}")
-        node[leaf] = value
-        log.warning("config: %s.%s is deprecated, write %s.%s", section, old, section, new)
-    return tree
+def gone_keys(tree: Any, replaced: dict[str, str]) -> str | None:
+    """Which keys of a raw config mapping a section no longer takes, each as "<key> is gone: write <what replaces
+    it>", joined; None when it gives none. A key that is now a sub-section of the same name (`workers`) counts only
+    when given a plain value (`essa.workers=3`, the old spelling of workers.count)."""
+    if not isinstance(tree, dict):
+        return None
+    found = [f"{old} is gone: write {new}" for old, new in replaced.items()
+             if old in tree and not isinstance(tree[old], dict | BaseModel)]  # fmt: skip
+    return "; ".join(found) or None
 
 
 def ray_quantity(value: float | None) -> float | None:

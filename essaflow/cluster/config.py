@@ -19,6 +19,9 @@ PlacementStrategy = Literal["SPREAD", "PACK", "STRICT_SPREAD", "STRICT_PACK"]
 class RayWorkersConfig(StrictConfig):
     """How many Ray workers train, what each takes, where they go and how failures are handled."""
 
+    ray: bool | None = None
+    """Where the workers run: true on Ray, false in this process without Ray; None (unset) the method's default
+    (the subclass says which)."""
     count: int = Field(1, ge=1)
     """Number of workers: ESSA population scorers (one per GPU or CPU slot) or F-GRPO DDP ranks."""
     cpus: float = Field(1.0, gt=0.0)
@@ -44,6 +47,10 @@ class RayWorkersConfig(StrictConfig):
 class ESSAWorkersConfig(RayWorkersConfig):
     """ESSA's population workers: spread over nodes, so a lost node takes few scorers with it."""
 
+    ray: bool | None = None
+    """true or unset: score the population on a Ray actor pool (any count); false: in the driver process, no Ray
+    (tests, debugging; count and the Ray settings unused)."""
+
     placement_strategy: PlacementStrategy = "SPREAD"
     """SPREAD (ESSA default: a lost node takes as few workers as possible), PACK, STRICT_SPREAD or STRICT_PACK."""
     max_restarts: int = Field(3, ge=-1)
@@ -52,6 +59,10 @@ class ESSAWorkersConfig(RayWorkersConfig):
 
 class GRPOWorkersConfig(RayWorkersConfig):
     """F-GRPO's Ray Train DDP ranks: packed, so all-reduces cross as few nodes as possible."""
+
+    ray: bool | None = None
+    """Unset: ranks on Ray Train from count=2, one rank in this process (the same loop, world size 1) for count=1;
+    true: on Ray Train for one rank too; false: in this process (count must be 1)."""
 
     placement_strategy: PlacementStrategy = "PACK"
     """PACK (F-GRPO default: fewer cross-node all-reduce hops), SPREAD, STRICT_SPREAD or STRICT_PACK."""

@@ -12,18 +12,18 @@ from pydantic import Field, model_validator
 
 from essaflow.cluster.config import ESSAWorkersConfig
 from essaflow.cluster.request import TrainingRequest
-from essaflow.config_base import StrictConfig, renamed_keys, trajectory
+from essaflow.config_base import StrictConfig, gone_keys, trajectory
 
-#: flat keys accepted in place of their spelling under `workers`; each logs the spelling to write
-#: (config_base.renamed_keys)
-RENAMED = {
-    "workers": "workers.count",
-    "worker_cpus": "workers.cpus",
-    "worker_gpus": "workers.gpus",
-    "placement_strategy": "workers.placement_strategy",
-    "placement_timeout_s": "workers.placement_timeout_s",
-    "worker_max_restarts": "workers.max_restarts",
-    "worker_start_timeout_s": "workers.start_timeout_s",
+#: keys this section no longer takes, each with what replaces it (a config still writing one is refused)
+GONE = {
+    "backend": "essa.workers.ray (false: score in this process, what backend=local did; true: a Ray actor pool)",
+    "workers": "essa.workers.count",
+    "worker_cpus": "essa.workers.cpus",
+    "worker_gpus": "essa.workers.gpus",
+    "placement_strategy": "essa.workers.placement_strategy",
+    "placement_timeout_s": "essa.workers.placement_timeout_s",
+    "worker_max_restarts": "essa.workers.max_restarts",
+    "worker_start_timeout_s": "essa.workers.start_timeout_s",
 }
 
 
@@ -91,10 +91,9 @@ class ESSAConfig(StrictConfig):
     nonnegative: bool = trajectory(False)
     """Clamp searched singular values at 0 (paper silent, docs/algorithms.md sec. 6.3); off: a negative value flips a
     component."""
-    backend: Literal["ray", "local"] = "ray"
-    """ray: score on a Ray actor pool (any workers count); local: in the driver process, no Ray (tests, debugging)."""
     workers: ESSAWorkersConfig = ESSAWorkersConfig()
-    """The Ray population workers: count, CPUs and GPUs each, placement, restarts, start timeout."""
+    """The population's scorers: on Ray or in this process (ray), count, CPUs and GPUs each, placement, restarts,
+    start timeout."""
     inflight_per_worker: int = Field(2, ge=1)
     """Candidates queued per Ray worker at a time (2 hides the round trip; dynamic hand-out,
     docs/algorithms.md sec. 6.11)."""
@@ -103,17 +102,20 @@ class ESSAConfig(StrictConfig):
     regenerates them, so only (generation, index), one header per worker per generation (prompt ids, sampling seed,
     the previous fitness vector) and (index, fitness, digest) travel (ESSA-v3 App. A Algorithm 1; docs/algorithms.md
     sec. 2.8). vectors: the driver ships each candidate's float32 offsets. Same results either way (not a trajectory
-    setting); backend=local ignores it."""
+    setting); workers.ray=false ignores it."""
 
     @model_validator(mode="before")
     @classmethod
-    def _accept_old_keys(cls, data: Any) -> Any:
-        return renamed_keys(data, RENAMED, "essa")
+    def _no_gone_keys(cls, data: Any) -> Any:
+        problem = gone_keys(data, GONE)
+        if problem:
+            raise ValueError(problem)
+        return data
 
     def cluster_request(self) -> TrainingRequest | None:
-        """The Ray workers this search scores on: the population's scorers (None: backend=local, in process). GPUs
-        unset (essa.workers.gpus) = one whole GPU each where the cluster has GPUs."""
-        if self.backend != "ray":
+        """The Ray workers this search scores on: the population's scorers (None: workers.ray=false, in process).
+        GPUs unset (essa.workers.gpus) = one whole GPU each where the cluster has GPUs."""
+        if not self.on_ray:
             return None
         w = self.workers
         return TrainingRequest(w.count, w.cpus, w.gpus, w.placement_strategy)
@@ -125,6 +127,11 @@ class ESSAConfig(StrictConfig):
         return ("sft.enabled: false (or sft.steps: 0) with method essa: ESSA searches the singular values of a trained "
                 "LoRA adapter (ESSA-v3 sec. 3.2), and an untrained one (B = 0) has none; keep the SFT step or give "
                 "adapter_uri")  # fmt: skip
+
+    @property
+    def on_ray(self) -> bool:
+        """Whether the population is scored on a Ray actor pool (workers.ray true or unset), else in this process."""
+        return self.workers.ray is not False
 
     @property
     def fitness_kind(self) -> str:

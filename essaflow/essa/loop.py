@@ -51,10 +51,10 @@ TIED_WARN_EVERY = 50  # ... and again every this many generations while it goes 
 
 
 def make_population(cfg: PipelineConfig, splits: Splits, sft_adapter: Path) -> LocalPopulation | RayPopulation:
-    """The candidate scorers: in this process (essa.backend=local) or a Ray actor pool (essa.workers)."""
+    """The candidate scorers: in this process (essa.workers.ray=false) or a Ray actor pool (essa.workers)."""
     e, w = cfg.essa, cfg.essa.workers
-    spec = scoring_spec(cfg, splits, sft_adapter, ship_adapter=e.backend == "ray")
-    if e.backend == "local":
+    spec = scoring_spec(cfg, splits, sft_adapter, ship_adapter=e.on_ray)
+    if not e.on_ray:
         return LocalPopulation(spec)
     return RayPopulation(
         spec,

@@ -12,15 +12,15 @@ from pydantic import Field, field_validator, model_validator
 
 from essaflow.cluster.config import GRPOWorkersConfig
 from essaflow.cluster.request import TrainingRequest
-from essaflow.config_base import StrictConfig, renamed_keys, trajectory
+from essaflow.config_base import StrictConfig, gone_keys, trajectory
 
-#: flat keys accepted in place of their spelling under `workers`; each logs the spelling to write
-#: (config_base.renamed_keys)
-RENAMED = {
-    "workers": "workers.count",
-    "worker_cpus": "workers.cpus",
-    "placement_strategy": "workers.placement_strategy",
-    "max_failures": "workers.max_restarts",
+#: keys this section no longer takes, each with what replaces it (a config still writing one is refused)
+GONE = {
+    "ray_for_single_worker": "grpo.workers.ray (true: one rank on Ray Train too)",
+    "workers": "grpo.workers.count",
+    "worker_cpus": "grpo.workers.cpus",
+    "placement_strategy": "grpo.workers.placement_strategy",
+    "max_failures": "grpo.workers.max_restarts",
 }
 
 
@@ -113,8 +113,6 @@ class GRPOConfig(StrictConfig):
     workers: GRPOWorkersConfig = GRPOWorkersConfig()
     """The Ray Train DDP ranks: count (groups are split across them; 1 -> N is this field only), CPUs each,
     placement, group restarts. GPUs follow `device`."""
-    ray_for_single_worker: bool = False
-    """workers.count=1 runs in-process (same loop, world size 1) unless this forces a one-worker Ray Train run."""
     eval_every: int = Field(50, ge=0)
     """Held-out greedy accuracy every this many steps (0 = never)."""
     time_budget_s: float | None = Field(None, gt=0)
@@ -128,13 +126,22 @@ class GRPOConfig(StrictConfig):
 
     @model_validator(mode="before")
     @classmethod
-    def _accept_old_keys(cls, data: Any) -> Any:
-        return renamed_keys(data, RENAMED, "grpo")
+    def _no_gone_keys(cls, data: Any) -> Any:
+        problem = gone_keys(data, GONE)
+        if problem:
+            raise ValueError(problem)
+        return data
+
+    @property
+    def on_ray(self) -> bool:
+        """Whether the ranks run on Ray Train (workers.ray true, or unset with 2 or more ranks), else one rank in this
+        process (the same loop, world size 1)."""
+        return self.workers.ray if self.workers.ray is not None else self.workers.count > 1
 
     def cluster_request(self) -> TrainingRequest | None:
         """The Ray Train ranks this config trains on (None: one worker in process): one whole GPU each with
         device=cuda, none with device=cpu; device=auto leaves it to the cluster (a GPU each where it has GPUs)."""
-        if self.workers.count == 1 and not self.ray_for_single_worker:
+        if not self.on_ray:
             return None
         gpus = {"cuda": 1.0, "cpu": 0.0}.get(self.device)
         w = self.workers
@@ -169,6 +176,10 @@ class GRPOConfig(StrictConfig):
             raise ValueError(
                 f"prompts_per_step={self.prompts_per_step} must be a multiple of workers.count * mini_batches = {share}"
             )
+        if self.workers.ray is False and self.workers.count > 1:
+            raise ValueError(f"workers.ray=false trains in this process, which holds one rank, not workers.count="
+                             f"{self.workers.count}: set workers.count=1, or leave workers.ray unset for ranks on Ray "
+                             "Train")  # fmt: skip
         if self.workers.gpus is not None:
             raise ValueError("workers.gpus: F-GRPO ranks take one whole GPU each when grpo.device resolves to cuda")
         return self

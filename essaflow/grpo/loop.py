@@ -174,9 +174,10 @@ def train_grpo(
     """Train from the SFT adapter; the result goes to out_dir/"adapter" (parameters=full: a full checkpoint in
     out_dir/"model").
 
-    grpo.workers.count == 1 runs the loop in this process (world size 1: nothing is all-reduced); more (or
-    `ray_for_single_worker`) runs the same loop on Ray Train workers with DDP. With checkpoint_dir, training
-    resumes from its latest complete checkpoint and checkpoints every `checkpoint_every` steps and at the end.
+    One rank runs the loop in this process (world size 1: nothing is all-reduced); 2 or more (or
+    grpo.workers.ray=true) run the same loop on Ray Train workers with DDP (`GRPOConfig.on_ray`). With
+    checkpoint_dir, training resumes from its latest complete checkpoint and checkpoints every `checkpoint_every`
+    steps and at the end.
     """
     # absolute paths: Ray workers run in their own working directories
     out_dir, sft_adapter = Path(out_dir).resolve(), Path(sft_adapter).resolve()
@@ -186,7 +187,7 @@ def train_grpo(
         checkpoint_dir.mkdir(parents=True, exist_ok=True)
     driver = _Driver(TrainCallbacks(on_metrics, on_checkpoint), cfg.grpo.max_new_tokens or cfg.sampling.max_new_tokens)
     start = time.perf_counter()
-    if cfg.grpo.workers.count == 1 and not cfg.grpo.ray_for_single_worker:
+    if not cfg.grpo.on_ray:
         info = WorkerInfo(0, 1, resolve_device(cfg.grpo.device, field="grpo.device"))
         run_worker(WorkerInputs(cfg, splits.train, splits.eval, sft_adapter, out_dir, checkpoint_dir), info, driver)
     else:

@@ -115,7 +115,8 @@ def test_eval_without_a_config_uses_the_dataset_and_protocol_the_version_records
     "fitness,kind", [("accuracy", "black-box reward"), ("answer_logprob", "gray-box: needs reference answers")]
 )
 def test_the_essa_job_json_says_which_kind_of_fitness_produced_it(workdir, fitness, kind):
-    essa = {"population": 4, "generations": 2, "minibatch": 8, "eval_every": 0, "backend": "local", "fitness": fitness}
+    essa = {"population": 4, "generations": 2, "minibatch": 8, "eval_every": 0, "workers": {"ray": False},
+            "fitness": fitness}  # fmt: skip
     (workdir / f"essa-{fitness}.yaml").write_text(yaml.safe_dump({**TINY, "method": "essa", "essa": essa}))
     out, _ = essaflow(workdir, "essa", "-c", f"essa-{fitness}.yaml")
     assert out["fitness_kind"] == kind and out["method_label"] == f"ESSA(cma, {fitness})"

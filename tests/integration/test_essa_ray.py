@@ -36,7 +36,7 @@ def local_ray():
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    return make_tiny(tmp_path_factory.mktemp("essa-ray"), ["essa.backend=ray", "essa.population=12"])
+    return make_tiny(tmp_path_factory.mktemp("essa-ray"), ["essa.workers.ray=true", "essa.population=12"])
 
 
 class CrashOnce(CandidateScorer):
@@ -58,7 +58,7 @@ def test_two_workers_give_the_same_result_as_one_and_as_in_process(tiny, tmp_pat
     for label, overrides in {
         "ray-1": {"workers": cfg.essa.workers.model_copy(update={"count": 1})},
         "ray-2": {"workers": cfg.essa.workers.model_copy(update={"count": 2})},
-        "local": {"backend": "local"},
+        "local": {"workers": cfg.essa.workers.model_copy(update={"ray": False})},
     }.items():
         run = cfg.model_copy(deep=True)
         run.essa = run.essa.model_copy(update={"generations": 3, "eval_every": 0, **overrides})

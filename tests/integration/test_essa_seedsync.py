@@ -39,7 +39,7 @@ def local_ray():
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    return make_tiny(tmp_path_factory.mktemp("essa-seed"), ["essa.backend=ray", "essa.population=12"])
+    return make_tiny(tmp_path_factory.mktemp("essa-seed"), ["essa.workers.ray=true", "essa.population=12"])
 
 
 def configured(cfg, **essa):

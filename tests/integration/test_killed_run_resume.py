@@ -46,7 +46,11 @@ def test_a_run_killed_with_sigkill_is_resumed_by_resume_last_at_once_from_its_la
     }  # fmt: skip
     for key in ("RAY_ADDRESS", "ESSAFLOW_HEARTBEAT_S"):  # in process; the default heartbeat: a 2-minute lease
         env.pop(key, None)
-    essa = {**tiny()["essa"], "generations": GENERATIONS, "backend": "local"}
+    essa = {
+        **tiny()["essa"],
+        "generations": GENERATIONS,
+        "workers": {**tiny()["essa"].get("workers", {}), "ray": False},
+    }
     cfg = tiny(name=name, method="essa", essa=essa, storage_uri=f"s3://{seaweedfs.bucket}/{name}")
     (tmp_path / "run.yaml").write_text(yaml.safe_dump(cfg))
     store = seaweedfs.store(name)

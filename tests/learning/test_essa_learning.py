@@ -3,7 +3,7 @@
 Three seeds from one fixed SFT start: the preset's own (500 steps), shipped as bytes in tests/learning/starts/
 (tests/support/shipped_starts.py says why: SFT differs between CPU models, and at this budget the gain depends on the
 start, docs/algorithms.md sec. 6.17). Each seed is judged by greedy decoding on the 256 held-out problems
-(deterministic, no sampling noise). The search runs in this process (essa.backend=local: the same seeds, candidates
+(deterministic, no sampling noise). The search runs in this process (essa.workers.ray=false: the same seeds, candidates
 and update as seed-synchronised Ray workers, as tests/integration/test_essa_ray.py checks bit for bit). It asserts a
 mean gain of at least 1 point over the seeds and that no seed ends below the start.
 
@@ -24,7 +24,7 @@ from tests.support.greedy_gains import greedy_gains
 pytestmark = [pytest.mark.learning, pytest.mark.timeout(1200)]
 PRESET = "tiny-essa.yaml"
 ESSA = [
-    "essa.backend=local", "essa.generations=60", "essa.population=32", "essa.minibatch=64", "essa.es_lr=0.8",
+    "essa.workers.ray=false", "essa.generations=60", "essa.population=32", "essa.minibatch=64", "essa.es_lr=0.8",
     "essa.eval_every=0", "essa.checkpoint_every=0", "data.eval_size=256",
 ]  # fmt: skip
 

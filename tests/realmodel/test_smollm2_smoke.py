@@ -32,7 +32,7 @@ def smoke_config(*overrides: str):
         "data.eval_size=16", "data.eval_fraction=0.2", "sampling.max_new_tokens=8", "sampling.batch_size=64",
         "eval.samples_per_problem=2", "eval.ks=[1,2]", "method=fgrpo", "grpo.group_size=2",
         "grpo.prompts_per_step=2", "grpo.eval_every=0", "grpo.lr=1e-3", "essa.population=4", "essa.minibatch=4",
-        "essa.generations=1", "essa.eval_every=0", "essa.backend=local", "essa.checkpoint_every=0",
+        "essa.generations=1", "essa.eval_every=0", "essa.workers.ray=false", "essa.checkpoint_every=0",
         *overrides,
     ])  # fmt: skip
 

@@ -92,7 +92,7 @@ def make_tiny(root: Path, overrides: list[str] | None = None) -> tuple[PipelineC
             "essa.sigma0=0.3",
             "essa.eval_every=2",
             "essa.checkpoint_every=2",
-            "essa.backend=local",
+            "essa.workers.ray=false",
             *(overrides or []),
         ],
     )

@@ -1,5 +1,6 @@
 """Configs reject bad values before any compute, naming the field."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -107,16 +108,27 @@ def test_cluster_settings_parse():
     assert PipelineConfig().essa.workers.gpus is None  # auto: whole GPUs when the cluster has them
 
 
-def test_old_worker_keys_still_load_with_one_deprecation_line_each(caplog):
-    old = ["essa.workers=3", "essa.worker_cpus=0.5", "grpo.max_failures=5", "grpo.placement_strategy=SPREAD"]
-    with caplog.at_level("WARNING", logger="essaflow.config"):
-        cfg = load_config(None, old)
-    assert (cfg.essa.workers.count, cfg.essa.workers.cpus) == (3, 0.5)
-    assert (cfg.grpo.workers.max_restarts, cfg.grpo.workers.placement_strategy) == (5, "SPREAD")
-    lines = [r.getMessage() for r in caplog.records]
-    assert "config: essa.worker_cpus is deprecated, write essa.workers.cpus" in lines and len(lines) == 4
-    with pytest.raises(ConfigError, match="essa.worker_cpus and essa.workers.cpus both given"):
-        load_config(None, ["essa.worker_cpus=0.5", "essa.workers.cpus=1"])
+def test_gone_keys_are_refused_naming_the_key_that_replaces_each():
+    for given, said in (
+        ("essa.workers=3", "essa: workers is gone: write essa.workers.count"),
+        ("essa.worker_cpus=0.5", "essa: worker_cpus is gone: write essa.workers.cpus"),
+        ("essa.backend=local", "essa: backend is gone: write essa.workers.ray (false: score in this process"),
+        ("grpo.max_failures=5", "grpo: max_failures is gone: write grpo.workers.max_restarts"),
+        ("grpo.placement_strategy=SPREAD", "grpo: placement_strategy is gone: write grpo.workers.placement_strategy"),
+        ("grpo.ray_for_single_worker=true", "grpo: ray_for_single_worker is gone: write grpo.workers.ray (true: one"),
+    ):
+        with pytest.raises(ConfigError, match=re.escape(said)):
+            load_config(None, [given])
+
+
+def test_one_switch_says_whether_a_method_trains_on_ray_or_in_this_process():
+    assert load_config(None, []).essa.on_ray and not load_config(None, ["essa.workers.ray=false"]).essa.on_ray
+    grpo = [load_config(None, ["method=fgrpo", *o]).grpo for o in ([], ["grpo.workers.ray=true"])]
+    assert [g.on_ray for g in grpo] == [False, True]  # one rank: in process unless asked for Ray
+    two = ["method=fgrpo", "grpo.workers.count=2", "grpo.prompts_per_step=32"]
+    assert load_config(None, two).grpo.on_ray
+    with pytest.raises(ConfigError, match="workers.ray=false trains in this process, which holds one rank"):
+        load_config(None, [*two, "grpo.workers.ray=false"])
 
 
 def test_each_method_keeps_its_own_worker_defaults():

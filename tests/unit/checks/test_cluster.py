@@ -31,7 +31,7 @@ def test_essa_workers_take_whole_gpus_only_where_the_cluster_has_them():
     )
     assert request(packed, cluster_has_gpus=True) == TrainingRequest(8, 1.0, 0.25, "PACK")
     assert str(request(packed, True)) == "8 x {CPU: 1, GPU: 0.25} (PACK)"
-    assert request(cfg("method=essa", "essa.backend=local"), True) is None
+    assert request(cfg("method=essa", "essa.workers.ray=false"), True) is None
 
 
 def test_grpo_ranks_follow_the_device_setting():
@@ -41,7 +41,7 @@ def test_grpo_ranks_follow_the_device_setting():
     cpu = cfg("method=fgrpo", "grpo.workers.count=4", "grpo.device=cpu")
     assert request(cpu, cluster_has_gpus=True).gpus == 0.0
     assert request(cfg("method=fgrpo"), True) is None  # one worker runs in process
-    assert request(cfg("method=fgrpo", "grpo.ray_for_single_worker=true"), False).workers == 1
+    assert request(cfg("method=fgrpo", "grpo.workers.ray=true"), False).workers == 1
     assert request(cfg("method=none"), True) is None
 
 
@@ -58,5 +58,5 @@ def test_only_a_joined_cluster_is_checked(monkeypatch):
 @pytest.mark.parametrize("method", ["essa", "fgrpo"])
 def test_preflight_is_skipped_when_training_needs_no_ray(method, monkeypatch):
     monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")  # nothing listens: a connect attempt would fail
-    extra = "essa.backend=local" if method == "essa" else "grpo.workers.count=1"
+    extra = "essa.workers.ray=false" if method == "essa" else "grpo.workers.count=1"
     assert fits(cfg(f"method={method}", extra)) is None
