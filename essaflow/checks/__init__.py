@@ -8,6 +8,7 @@ data.py          the data: read in full as the run reads it, its fields' kinds, 
 reward.py        eval.reward: it imports, reads fields the data has, scores the data's reference answers
 memory_plan.py   F-GRPO: each rank's estimated peak memory, from config.json alone
 cluster.py       a Ray head that answers, and nodes that can hold the training workers
+resume.py        a resume: the config equal to the run's own in every field its trajectory depends on
 notes.py         a valid config that may not do what was meant (`note:` lines, the config still runs)
 findings.py      what a check returns: problems and notes
 preflight.py     what each command calls: check-config, `run`'s preflight, a run's first task, the jobs

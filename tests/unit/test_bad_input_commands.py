@@ -539,8 +539,8 @@ def test_a_resume_of_a_failed_run_passes_the_preflight(stores):
 
 
 def test_a_changed_config_lists_a_few_fields_and_counts_the_rest():
+    from essaflow.checks.resume import check_resumable
     from essaflow.config import load_config
-    from essaflow.runs.resume import check_resumable
 
     saved = load_config(None, ["method=essa"])
     changed = load_config(None, ["method=essa", "seed=9", "essa.population=6", "essa.sigma0=0.5", "essa.alpha=0.5",

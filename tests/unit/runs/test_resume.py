@@ -6,9 +6,10 @@ from types import SimpleNamespace
 
 import pytest
 
+from essaflow.checks.resume import check_resumable
 from essaflow.config import ConfigError, load_config
 from essaflow.runs.record import record_run, recorded_config
-from essaflow.runs.resume import check_resumable, resolve_run_id
+from essaflow.runs.resume import resolve_run_id
 from essaflow.storage import open_store
 from tasks import failures
 
