@@ -1,4 +1,4 @@
-"""`essaflow essa|grpo|build-tiny`: library jobs run directly, without Prefect."""
+"""`essaflow essa|grpo|build-tiny`: the pipeline's stages and the tiny-model build, in this process, no Prefect."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from essaflow.methods import ESSA, FGRPO, METHODS, Method
 
 def _training_job(cfg: PipelineConfig) -> None:
     """The job's JSON line, or on failure its error as the JSON line (traceback in the log with --verbose). The
-    run's preflight first (model, Ray head, hub id): a job writes no artifacts and tracks nothing, so its store and
-    tracking server are not checked."""
+    run's preflight first (model, Ray head, hub id): a job tracks nothing, so no tracking server is checked; its
+    stages open the store at storage_uri as they write to it (essaflow/stages/job.py)."""
     from cli.pipeline import preflight
     from essaflow.secrets import scrub
 
