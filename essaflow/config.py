@@ -107,7 +107,8 @@ class PipelineConfig(StrictConfig):
         """The section of the method that trains (the one whose config names `method` as its own, `METHOD`); None
         for method none. The method objects (essaflow/methods/) own the rest of what a method is; this config
         cannot ask them, as they import the trainers, which read this config."""
-        return {s.METHOD: s for s in (self.essa, self.grpo)}.get(self.method)
+        sections = (getattr(self, name) for name in type(self).model_fields)
+        return {s.METHOD: s for s in sections if hasattr(s, "METHOD")}.get(self.method)
 
     def cluster_request(self) -> TrainingRequest | None:
         """The Ray workers this run's training asks for: its method's section states them (None: method none, or

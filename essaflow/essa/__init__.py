@@ -7,12 +7,13 @@ docs/algorithms.md sec. 2).
 - `config.py`          ESSAConfig, and what it asks of a Ray cluster
 - `scoring_spec.py`    what every scorer loads once (ScoringSpec), read from the run's config
 - `fitness.py`         the fitness kinds: black-box accuracy, gray-box answer probability / log-probability
-- `engine_scoring.py`  offsets -> fitness on each engine: transformers (merged or on the LoRA path), vLLM batches
+- `engine.py`          offsets -> fitness on each engine: transformers (merged or on the LoRA path), vLLM batches
 - `scorer.py`          one candidate scorer: model + SVD bases loaded once, the driver's calls answered
 - `replica.py`         seed mode: the strategy replica each Ray worker keeps and scores from, the driver's check
-- `population.py`      what a population evaluation costs (bytes, tokens), and the in-process population
+- `population.py`      the in-process population
 - `distributed.py`     the Ray driver: the scorers as an actor pool (seed or vector sync), dead workers
+- `metrics.py`         what a generation cost (bytes, tokens, device time, lost work) and its metrics row
 - `step.py`            one generation, minibatch -> ask -> evaluate -> tell -> record: the step every search runs
-- `checkpoint.py`      JSON + npz checkpoints (no pickle), atomic, manifest last
+- `checkpoint.py`      what a search saves and restores: JSON + npz checkpoints (no pickle), atomic, manifest last
 - `loop.py`            `train_essa`: the loop over generations, held-out eval, checkpoint/resume
 """

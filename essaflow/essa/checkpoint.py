@@ -1,4 +1,5 @@
-"""ESSA checkpoints: JSON + numpy arrays (never pickle), written atomically, manifest last.
+"""ESSA checkpoints: what a search saves and restores (`save_search`, `restore_search`), as JSON + numpy arrays (never
+pickle), written atomically, manifest last.
 
 Layout of one checkpoint, `<checkpoint_dir>/<generation, 8 digits>/`:
 
@@ -21,7 +22,9 @@ from typing import Any
 
 import numpy as np
 
+from essaflow.config import PipelineConfig, changed_trajectory, section_trajectory
 from essaflow.storage.atomic_dir import atomic_dir, committed_manifest
+from essaflow.storage.checkpoint_dirs import latest_checkpoint
 from essaflow.storage.manifest import MANIFEST
 
 FORMAT = 2
@@ -58,3 +61,39 @@ def read_checkpoint(path: Path) -> tuple[int, dict[str, Part]]:
             arrays = {k: npz[k] for k in npz.files}
         parts[name] = (meta, arrays)
     return int(manifest["generation"]), parts
+
+
+def save_search(
+    checkpoint_dir: Path, cfg: PipelineConfig, generation: int, dimension: int, strategy, sampler, history: list
+) -> Path:
+    """What a search saves after `generation`: the strategy and the minibatch sampler (their states), and the
+    trainer's part: the search dimension, the trajectory-marked settings it ran under and the metrics rows so far."""
+    meta = {
+        "generation": generation,
+        "dimension": dimension,
+        "trajectory": section_trajectory(cfg, "essa"),
+        "metrics": history,
+    }
+    parts = {"strategy": strategy.state_dict(), "sampler": sampler.state_dict(), "trainer": (meta, {})}
+    return write_checkpoint(checkpoint_dir, generation, parts)
+
+
+def restore_search(
+    checkpoint_dir: Path | None, cfg: PipelineConfig, strategy, sampler
+) -> tuple[Path, int, list] | None:
+    """Load the latest complete checkpoint into `strategy` and `sampler`: (its path, generation, metrics rows), or
+    None when there is none. One written under other trajectory settings is refused (it would not replay the run)."""
+    latest = latest_checkpoint(checkpoint_dir, FORMAT)
+    if latest is None:
+        return None
+    generation, parts = read_checkpoint(latest)
+    meta = parts["trainer"][0]
+    changed = changed_trajectory(meta["trajectory"], section_trajectory(cfg, "essa"))
+    if changed:
+        raise ValueError(
+            f"checkpoint {latest} was written with different settings ({', '.join(changed)}); resuming "
+            "would not replay the run. Use a fresh checkpoint directory or restore the settings."
+        )
+    strategy.load_state_dict(*parts["strategy"])
+    sampler.load_state_dict(*parts["sampler"])
+    return latest, generation, meta["metrics"]

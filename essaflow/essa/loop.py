@@ -27,9 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from essaflow.config import PipelineConfig, changed_trajectory, section_trajectory
+from essaflow.config import PipelineConfig
 from essaflow.data import Splits
-from essaflow.essa.checkpoint import FORMAT, read_checkpoint, write_checkpoint
+from essaflow.essa.checkpoint import restore_search, save_search
 from essaflow.essa.distributed import RayPopulation
 from essaflow.essa.population import LocalPopulation
 from essaflow.essa.prompt_sampler import MinibatchSampler
@@ -40,7 +40,6 @@ from essaflow.generation.sampling import TransformersGenerator
 from essaflow.judging.evaluation import greedy_accuracy
 from essaflow.judging.judge import judge_for
 from essaflow.model.loading import load_model_with_adapter
-from essaflow.storage.checkpoint_dirs import latest_checkpoint
 from essaflow.trainer_io import TrainCallbacks, TrainResult
 from essaflow.usage import Usage
 
@@ -155,33 +154,17 @@ class Search:
         return self.finished or (every > 0 and self.generation % every == 0)
 
     def save(self, checkpoint_dir: Path) -> Path:
-        meta = {
-            "generation": self.generation,
-            "dimension": self.svd.dimension,
-            "trajectory": section_trajectory(self.cfg, "essa"),
-            "metrics": self.history,
-        }
-        parts = {"strategy": self.strategy.state_dict(), "sampler": self.sampler.state_dict(), "trainer": (meta, {})}
-        return write_checkpoint(checkpoint_dir, self.generation, parts)
+        return save_search(checkpoint_dir, self.cfg, self.generation, self.svd.dimension, self.strategy, self.sampler,
+                           self.history)  # fmt: skip
 
     def restore(self, checkpoint_dir: Path | None) -> int | None:
         """Continue from the latest complete checkpoint, if any; returns its generation."""
-        latest = latest_checkpoint(checkpoint_dir, FORMAT)
-        if latest is None:
+        found = restore_search(checkpoint_dir, self.cfg, self.strategy, self.sampler)
+        if found is None:
             return None
-        generation, parts = read_checkpoint(latest)
-        meta = parts["trainer"][0]
-        changed = changed_trajectory(meta["trajectory"], section_trajectory(self.cfg, "essa"))
-        if changed:
-            raise ValueError(
-                f"checkpoint {latest} was written with different settings ({', '.join(changed)}); resuming "
-                "would not replay the run. Use a fresh checkpoint directory or restore the settings."
-            )
-        self.strategy.load_state_dict(*parts["strategy"])
-        self.sampler.load_state_dict(*parts["sampler"])
-        self.generation, self.history = generation, meta["metrics"]
-        log.info("ESSA resumes from %s (generation %d)", latest, generation)
-        return generation
+        latest, self.generation, self.history = found
+        log.info("ESSA resumes from %s (generation %d)", latest, self.generation)
+        return self.generation
 
     def export(self, out_dir: Path, started: float, resumed_from: int | None) -> TrainResult:
         """Write the returned point as a peft adapter (out_dir/adapter) and metrics.jsonl; the TrainResult."""

@@ -18,7 +18,7 @@ Ray did silently) is dropped and its share re-queued, and the worker's next call
 (strategy and sampler as JSON text + numpy arrays, no pickled code, plus the generation's candidates), counted as a
 resync. A worker restarted by Ray, or the workers of a resumed run, start from the state the same way.
 
-Fitness travels as float32 in every mode (the scorer rounds it, `engine_scoring.py`), so the driver's `tell` and every
+Fitness travels as float32 in every mode (the scorer rounds it, `engine.py`), so the driver's `tell` and every
 replica's see the same numbers whatever the transport.
 """
 

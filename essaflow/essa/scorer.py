@@ -2,7 +2,7 @@
 
 What a scorer computes is in three places (docs/algorithms.md sec. 2.7, 6): the fitness kinds (`fitness.py`), the
 engine that turns offsets into that fitness (`population_scoring.py`: transformers, a run of candidates in shared
-row batches; `engine_scoring.py`: transformers one candidate at a time, merged or on the LoRA path, or one vLLM
+row batches; `engine.py`: transformers one candidate at a time, merged or on the LoRA path, or one vLLM
 batch), and, in seed mode, the strategy replica that draws the candidates on the worker (`replica.py`). This
 module loads what they share and answers the driver's three calls: `score` (one candidate), `score_range` (a run of
 them) and `score_share` (a seed-mode share).
@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from essaflow import cluster
-from essaflow.essa.engine_scoring import TransformersScoring, VLLMScoring, vllm_scoring
+from essaflow.essa.engine import TransformersScoring, VLLMScoring, vllm_scoring
 from essaflow.essa.fitness import MinibatchFitness
 from essaflow.essa.population_scoring import PopulationScoring
 from essaflow.essa.replica import ReplicaScorer, ReplicaState, Reply

@@ -8,13 +8,13 @@ caller adds around it (held-out evaluation, checkpoints, timing over many genera
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
 from essaflow.essa.config import ESSAConfig
-from essaflow.essa.population import GenerationStats
+from essaflow.essa.metrics import GenerationMetrics, GenerationStats
 from essaflow.essa.prompt_sampler import MinibatchSampler, generation_seed
 from essaflow.essa.strategy import Strategy, make_strategy
 
@@ -44,78 +44,6 @@ class ReplicatedPopulation(Protocol):
 def start_search(e: ESSAConfig, dimension: int, num_train: int) -> tuple[Strategy, MinibatchSampler]:
     """A fresh search from essa.seed: the strategy (mean at the SFT point) and the shared-minibatch sampler."""
     return make_strategy(e, dimension), MinibatchSampler(num_train, e.minibatch, e.seed)
-
-
-@dataclass
-class GenerationMetrics:
-    """One generation's record (MLflow metrics `train.*`, metrics.jsonl, the job's JSON)."""
-
-    generation: int
-    fitness_mean: float | None = None
-    fitness_max: float | None = None
-    fitness_min: float | None = None
-    fitness_std: float | None = None
-    distinct_fitness: int | None = None
-    tie_share: float | None = None
-    sigma: float | None = None
-    mean_norm: float | None = None
-    wall_s: float | None = None
-    candidates_per_s: float | None = None
-    bytes_sent: int | None = None
-    bytes_received: int | None = None
-    bytes: int | None = None
-    redispatched: int | None = None
-    worker_failures: int | None = None
-    resyncs: int | None = None
-    generated_tokens: int | None = None
-    forward_tokens: int | None = None
-    device_s: float | None = None
-    """Device-seconds of scoring summed over workers (CPU time on CPU, wall time on a GPU; essaflow/usage.py)."""
-    device_s_per_worker: list[float] | None = None
-    nodes_active: int | None = None
-    per_worker: list[int] | None = None
-    per_node: dict[str, int] | None = None
-    eval_greedy: float | None = None
-    stopped_early: bool | None = None
-    reward_components: dict[str, float] | None = None
-    """Mean of each named reward component over the generation's judged completions, every candidate's (rows
-    `reward.<name>`; absent when the reward returns a number or the fitness is gray-box)."""
-
-    @classmethod
-    def of(cls, generation: int, fitness: np.ndarray, stats: GenerationStats, strategy, wall_s: float):
-        per_node = {node[:8]: n for node, n in stats.per_node.items()}
-        distinct = len(np.unique(fitness))
-        return cls(
-            generation=generation,
-            fitness_mean=float(fitness.mean()),
-            fitness_max=float(fitness.max()),
-            fitness_min=float(fitness.min()),
-            fitness_std=float(fitness.std()),
-            distinct_fitness=distinct,
-            tie_share=round(1.0 - distinct / len(fitness), 4),
-            sigma=strategy.sigma,
-            mean_norm=float(np.linalg.norm(strategy.mean)),
-            wall_s=round(wall_s, 4),
-            candidates_per_s=round(len(fitness) / stats.wall_s, 2),
-            bytes_sent=stats.bytes_sent,
-            bytes_received=stats.bytes_received,
-            bytes=stats.bytes_total,
-            redispatched=stats.redispatched,
-            worker_failures=stats.worker_failures,
-            resyncs=stats.resyncs,
-            generated_tokens=stats.usage.generated_tokens,
-            forward_tokens=stats.usage.forward_tokens,
-            device_s=round(stats.usage.device_s, 3),
-            device_s_per_worker=[round(x, 3) for x in stats.device_s_per_worker],
-            nodes_active=len(stats.per_node),
-            per_worker=stats.per_worker,
-            per_node=per_node,
-            reward_components=stats.usage.components.means() or None,
-        )
-
-    def as_row(self) -> dict[str, Any]:
-        row = {k: v for k, v in asdict(self).items() if v is not None and k != "reward_components"}
-        return row | {f"reward.{name}": v for name, v in (self.reward_components or {}).items()}
 
 
 @dataclass(frozen=True)

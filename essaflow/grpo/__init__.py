@@ -11,8 +11,7 @@ sharding.py      how ranks hold the weights: DDP replicas or FSDP2 shards
 engine.py        the rank's vLLM engine for rollouts (sampling.backend=vllm)
 learner.py       what one worker trains with: policy, optimiser, reference, engine
 step.py          one rollout step: rollout -> advantages -> loss -> optimiser step
-checkpoint.py    the checkpoint layout, atomic commit and exact resume
-persistence.py   what a worker saves and restores: the trained policy (three forms) and its checkpoints
+checkpoint.py    what a worker saves and restores: the trained policy (three forms), atomic checkpoints, exact resume
 worker_io.py     what a worker is given and the typed events it tells the driver
 loop.py          `train_grpo` and the loop one worker (rank) runs
 distributed.py   the Ray driver: Ray Train launch and the relay of rank 0's events

@@ -1,7 +1,7 @@
 """What one GRPO worker trains with: the policy as the ranks hold it (DDP replica or FSDP2 shard, `sharding.py`),
 AdamW and its LR schedule, the frozen reference, the byte counters and, with sampling.backend=vllm, the rank's
-engine. `Learner.build` makes them from the config; the step (`step.py`), the loop (`loop.py`) and persistence
-(`persistence.py`) use them.
+engine. `Learner.build` makes them from the config; the step (`step.py`), the loop (`loop.py`) and the checkpoints
+(`checkpoint.py`) use them.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ worker (rank) runs, `run_worker` (FGRPO-v2 App. L; docs/algorithms.md sec. 3).
 
 One loop runs on every worker: in this process for one worker, or on Ray Train ranks (`distributed.py`), as DDP
 replicas or FSDP2 shards (`sharding.py`). Per rollout step it runs `step.train_step`, records the step's metrics, a
-held-out evaluation now and then and a checkpoint now and then (`persistence.py`), and tells the driver through
+held-out evaluation now and then and a checkpoint now and then (`checkpoint.py`), and tells the driver through
 typed events (`worker_io.py`); the driver turns them into the caller's callbacks and a TrainResult. The gradients are
 the same on 1 or N ranks (`step.py`, `batch_split.py`).
 
@@ -38,9 +38,9 @@ from essaflow.config import PipelineConfig, section_trajectory
 from essaflow.data import Splits
 from essaflow.data.schema import Problem
 from essaflow.generation.sampling import TransformersGenerator, warn_if_truncated
+from essaflow.grpo.checkpoint import output_name, restore_training_state, save_checkpoint, save_output
 from essaflow.grpo.config import resolved_sharding
 from essaflow.grpo.learner import Learner
-from essaflow.grpo.persistence import output_name, restore_training_state, save_checkpoint, save_output
 from essaflow.grpo.rollout import worker_slots
 from essaflow.grpo.sharding import process_group
 from essaflow.grpo.step import train_step

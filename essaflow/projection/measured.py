@@ -2,8 +2,9 @@
 
 Input files (docs/scaling.md sec. 6.4), one per run or one for both:
 
-- `metrics.jsonl`: one JSON row per generation / step, as the trainers record them (ESSA `GenerationMetrics`,
-  GRPO `StepMetrics`, held-out rows with `eval_greedy`); the method is told by the rows' keys.
+- `metrics.jsonl`: one JSON row per generation / step, as the trainers record them (`GenerationMetrics` and
+  `StepMetrics` of essa/metrics.py and grpo/metrics.py, held-out rows with `eval_greedy`); the method is told by
+  the rows' keys.
 - `*.json`: `{"metrics": [rows], "workers": W, "population": N, "minibatch": b, "mini_batches": k}` (what the rows
   do not record; all optional), or `{"essa": {...}, "grpo": {...}}` with one such object per method.
 

@@ -8,7 +8,8 @@ import torch
 
 from essaflow.config import load_config
 from essaflow.data.prepare import prepare_splits
-from essaflow.essa.population import LocalPopulation, payload_bytes
+from essaflow.essa.metrics import payload_bytes
+from essaflow.essa.population import LocalPopulation
 from essaflow.essa.scorer import CandidateScorer
 from essaflow.essa.scoring_spec import scoring_spec
 from essaflow.model.loading import attach_lora, load_base_model, load_model_with_adapter, load_tokenizer, save_adapter

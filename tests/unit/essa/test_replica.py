@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from essaflow.essa.config import ESSAConfig
-from essaflow.essa.population import payload_bytes
+from essaflow.essa.metrics import payload_bytes
 from essaflow.essa.prompt_sampler import MinibatchSampler, generation_seed
 from essaflow.essa.replica import ReplicaTracker, StrategyReplica, decode_fitness, encode_fitness
 from essaflow.essa.strategy import make_strategy

@@ -6,9 +6,9 @@ import dataclasses
 import numpy as np
 import pytest
 
+from essaflow.essa.metrics import GenerationMetrics
 from essaflow.essa.population import LocalPopulation
 from essaflow.essa.scoring_spec import scoring_spec
-from essaflow.essa.step import GenerationMetrics
 from essaflow.essa.strategy import make_strategy
 from essaflow.judging.tally import ComponentTally
 from essaflow.usage import Usage

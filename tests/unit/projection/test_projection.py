@@ -287,7 +287,7 @@ def test_run_files_that_cannot_be_used(tmp_path):
 
 
 def test_reader_uses_the_trainers_field_names():
-    from essaflow.essa.step import GenerationMetrics
+    from essaflow.essa.metrics import GenerationMetrics
     from essaflow.grpo.metrics import StepMetrics
 
     essa_fields = {f.name for f in dataclasses.fields(GenerationMetrics)}
