@@ -141,6 +141,9 @@ def _init(address: str | None, num_cpus: int | None, num_gpus: int | None, kwarg
             logger.debug("num_cpus/num_gpus ignored: joining %s, whose nodes declare their own resources", address)
         ray.init(address=address, **kwargs)
     else:
+        if "RAY_AUTH_MODE" not in os.environ:
+            # what ray.init does by itself for a new local Ray (token auth on), minus its warning on the terminal
+            use_token_auth()
         # "local": a new instance even when another one was started on this machine with `ray start`
         ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False, **kwargs)
 

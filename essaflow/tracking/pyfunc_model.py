@@ -24,7 +24,9 @@ import mlflow
 from mlflow.pyfunc import PythonModel
 
 # predict has no type hints on purpose: the logged signature (with params) is the contract, not inferred hints.
-warnings.filterwarnings("ignore", message=r"Add type hints to the `predict` method")
+# MLflow colours the message (an ANSI escape before its first word), so the pattern allows one.
+TYPE_HINT_WARNING = r"(\x1b\[[0-9;]*m)?Add type hints to the `predict` method"
+warnings.filterwarnings("ignore", message=TYPE_HINT_WARNING, category=UserWarning)
 
 try:  # the copy MLflow logged beside this file (code_paths): formatting as at training time, essaflow not needed
     from prompt_format import PromptFormat, left_pad, prompt_ids, stop_ids

@@ -170,11 +170,20 @@ def test_connect_without_an_address_starts_a_new_local_ray(fake_ray, monkeypatch
     if ray_address:
         monkeypatch.setenv("RAY_ADDRESS", ray_address)
     conn = cluster.connect(num_cpus=2)
-    reload, call = fake_ray.calls  # auth cache refreshed: a stale token from an earlier cluster is not reused
-    assert reload == {"reload_auth": True}
+    # auth cache refreshed (a stale token from an earlier cluster is not reused), then again with token auth on
+    *reloads, call = fake_ray.calls
+    assert reloads == [{"reload_auth": True}] * 2
     # "local" and not None: ray.init() would otherwise join the last `ray start` cluster of this machine
     assert call["address"] == "local" and call["num_cpus"] == 2 and call["include_dashboard"] is False
-    assert conn.local
+    # token auth, as ray.init turns it on for a new local Ray, but set beforehand: Ray prints no warning then
+    assert conn.local and os.environ["RAY_AUTH_MODE"] == "token" == conn.auth_mode
+
+
+def test_a_new_local_ray_keeps_the_auth_mode_the_user_set(fake_ray, monkeypatch):
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    conn = cluster.connect(num_cpus=2)
+    assert [c for c in fake_ray.calls if "reload_auth" in c] == [{"reload_auth": True}]
+    assert conn.local and os.environ["RAY_AUTH_MODE"] == "disabled" == conn.auth_mode
 
 
 def test_connect_when_already_connected_changes_nothing(fake_ray, caplog):
