@@ -14,8 +14,8 @@ from essaflow import tracking
 from essaflow.artifacts import manifest_digest
 from essaflow.config import parse_config
 from essaflow.gate import promotion
-from essaflow.storage import MANIFEST, open_store
 from essaflow.methods import ESSA
+from essaflow.storage import MANIFEST, open_store
 from tests.integration.pipeline_support import task_run_states, tiny
 from tests.support.waiting import wait_until
 

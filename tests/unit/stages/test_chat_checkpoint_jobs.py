@@ -15,7 +15,8 @@ from essaflow.storage import open_store
 from tests.support.real_checkpoints import write_gsm8k_jsonl
 
 METHODS = {
-    "essa": ["essa.population=4", "essa.generations=2", "essa.minibatch=8", "essa.eval_every=0", "essa.workers.ray=false"],
+    "essa": ["essa.population=4", "essa.generations=2", "essa.minibatch=8", "essa.eval_every=0",
+             "essa.workers.ray=false"],
     "fgrpo": ["grpo.steps=2", "grpo.group_size=4", "grpo.prompts_per_step=4", "grpo.eval_every=0",
               "grpo.checkpoint_every=0"],
 }  # fmt: skip
