@@ -6,7 +6,7 @@
    four runs; the bench checks. Candidates/s is timed over the generations after the first (first-call
    allocations); the four settings run in rotation `--rounds` times and the medians are quoted; the machine's load
    (`uptime`) is printed, since other processes share the cores.
-2. Bytes per generation each mode moves (serialized payload sizes as counted by `population.payload_bytes`: calls out,
+2. Bytes per generation each mode moves (serialized payload sizes as counted by `metrics.payload_bytes`: calls out,
    answers back, resync states included) against what one GRPO step would all-reduce for the same LoRA:
 
        grpo_bytes = 4 bytes (fp32) x trainable LoRA parameters x 2

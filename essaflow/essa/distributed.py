@@ -7,7 +7,7 @@ one call per worker, `(generation, start, stop)` plus, on its first call of a ge
 fitness of the candidates it did not score (float32 bytes); a scorer answers (start, the share's float32 fitness,
 replica digest, its cost in tokens and device time): a few hundred bytes a generation in all. `essa.sync: vectors`:
 each call carries one candidate's offsets (float32), the prompt indices and the seed; a scorer answers (candidate
-index, fitness). No weights or gradients move. Bytes are counted as `population.payload_bytes` counts them.
+index, fitness). No weights or gradients move. Bytes are counted as `metrics.payload_bytes` counts them.
 
 Decisions where the paper is silent (docs/algorithms.md sec. 6):
 - Scheduling (sec. 6.11): seed mode cuts the population into one contiguous share per live worker (equal workers
@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from essaflow import cluster
-from essaflow.essa.population import GenerationStats, payload_bytes
+from essaflow.essa.metrics import GenerationStats, payload_bytes
 from essaflow.essa.prompt_sampler import MinibatchSampler
 from essaflow.essa.replica import ReplicaTracker, decode_fitness
 from essaflow.essa.scorer import CandidateScorer
