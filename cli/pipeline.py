@@ -15,6 +15,7 @@ import typer
 from cli.common import ConfigOpt, SetOpt, emit, fail, flow_logging, load, refuse, service_env
 from cli.prefect_server import prefect_api, start_temporary_server
 from essaflow.config import PipelineConfig
+from essaflow.methods import METHODS
 from essaflow.refs import PipelineResult
 from essaflow.runs.line import json_line, overhead
 from essaflow.secrets import mask_passwords, uri_passwords_to_env
@@ -268,7 +269,7 @@ def demo(
     if method not in methods:
         refuse([f"--method {method!r}: choose one of {', '.join(methods)}"])
     if config is None:
-        preset = {"essa": "tiny-essa.yaml", "fgrpo": "tiny-fgrpo.yaml"}.get(method, "tiny.yaml")
+        preset = METHODS.get(method).preset
         config = Path(__file__).resolve().parent.parent / "configs" / preset
         config = config if config.exists() else None
     cfg = load(config, set_, method=method)
