@@ -346,11 +346,10 @@ def test_a_compare_method_that_sets_its_trainer_in_set_is_refused(tmp_path, key)
 
 def test_every_compare_arm_trains_under_the_compare_budget():
     from essaflow.compare import load_compare_config
-    from essaflow.compare.config import SECTION
 
     cfg = load_compare_config("configs/compare-tiny.yaml")
     for arm in cfg.arms():
-        assert getattr(arm.config, SECTION[arm.config.method]).time_budget_s == cfg.budget_s, arm.name
+        assert arm.config.trained_section().time_budget_s == cfg.budget_s, arm.name
 
 
 def test_a_compare_files_reward_file_is_relative_to_the_compare_file(tmp_path, monkeypatch):
