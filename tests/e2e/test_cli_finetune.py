@@ -119,5 +119,6 @@ def test_the_essa_job_json_says_which_kind_of_fitness_produced_it(workdir, fitne
             "fitness": fitness}  # fmt: skip
     (workdir / f"essa-{fitness}.yaml").write_text(yaml.safe_dump({**TINY, "method": "essa", "essa": essa}))
     out, _ = essaflow(workdir, "essa", "-c", f"essa-{fitness}.yaml")
-    assert out["fitness_kind"] == kind and out["method_label"] == f"ESSA(cma, {fitness})"
-    assert out["steps"] == 2 and set(out["before"]) >= {"greedy", "pass@1"} and out["output"].endswith("/adapter")
+    trained = out["training"]  # the flow's field for the train stage (essaflow/runs/line.py)
+    assert trained["fitness_kind"] == kind and trained["method_label"] == f"ESSA(cma, {fitness})"
+    assert trained["steps"] == 2 and set(out["sft_start"]) >= {"greedy", "pass@1"}
