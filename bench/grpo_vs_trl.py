@@ -17,6 +17,7 @@ and pass@1 after training) and one JSON line last.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import tempfile
@@ -128,6 +129,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--print-every", type=int, default=5)
     ap.add_argument("--out", type=Path, default=None, help="also write the JSON summary here")
+    ap.add_argument("--held-out", type=int, default=None, help="score only the first N held-out problems")
     args = ap.parse_args()
     cfg = load_config(args.config, [*args.set, f"grpo.steps={args.steps}", "grpo.gamma=0", "grpo.eval_every=0"])
     if cfg.grpo.loss != "grpo" or cfg.grpo.mini_batches != 1 or cfg.grpo.kl_beta:
@@ -135,6 +137,8 @@ def main() -> None:
     torch.set_num_threads(cfg.model.torch_threads)
     splits = prepare_splits(cfg.data)
     sft = cached_sft_adapter(cfg.model, cfg.sft, splits, cfg.data.prompt_format())
+    if args.held_out is not None:  # a speed run on a larger model need not pay for the whole evaluation
+        splits = dataclasses.replace(splits, eval=splits.eval[: args.held_out])
     with tempfile.TemporaryDirectory() as tmp:
         before = held_out(load_adapter(load_base_model(cfg.model), sft), load_tokenizer(cfg.model), splits.eval, cfg)
         ours = run_ours(cfg, splits, sft, Path(tmp) / "ours")

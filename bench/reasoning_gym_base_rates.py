@@ -56,8 +56,10 @@ def main() -> None:
     sampling = SamplingConfig(temperature=1.0, max_new_tokens=args.max_new_tokens, batch_size=256)
     fmt = DataConfig(system_prompt=args.system_prompt).prompt_format()
     only = set(filter(None, args.only.split(",")))
-    print(f"model {args.model}; {args.problems} problems x {args.samples} samples, max_new_tokens "
-          f"{args.max_new_tokens}, reward reasoning_gym (correct at 1.0); CPU {_cpu()}; load {os.getloadavg()[0]:.1f}")
+    print(
+        f"model {args.model}; {args.problems} problems x {args.samples} samples, max_new_tokens "
+        f"{args.max_new_tokens}, reward reasoning_gym (correct at 1.0); CPU {_cpu()}; load {os.getloadavg()[0]:.1f}"
+    )
     print(f"| task | config | greedy | pass@1 | pass@{args.samples} | truncated | s |")
     print("|---|---|---|---|---|---|---|")
     for name, config in CANDIDATES:
