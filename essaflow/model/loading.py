@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from pathlib import Path
@@ -26,6 +27,31 @@ from essaflow.storage.cache_dir import cache_root
 log = logging.getLogger(__name__)
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+WEIGHT_BARS = ("Loading weights",)
+"""The tqdm bars transformers (5.x) draws on stderr for every model it loads: several a run, between the pipeline's
+own progress lines. Hidden; its other bars (a hub download's) are kept."""
+
+
+def _hide_weight_bars(factory, args, kwargs, then=None):
+    """transformers' tqdm hook: a bar of WEIGHT_BARS is built disabled (it still iterates), any other as asked for,
+    through the hook that was set before (`then`) when there was one."""
+    if kwargs.get("desc") in WEIGHT_BARS:
+        kwargs = {**kwargs, "disable": True}
+    return then(factory, args, kwargs) if then is not None else factory(*args, **kwargs)
+
+
+def quiet_weight_loading() -> None:
+    """Hide transformers' weight-loading bars in this process. A transformers without the hook (4.x) draws such a
+    bar only for sharded checkpoints and is left as it is."""
+    from transformers.utils import logging as hf_logging
+
+    set_hook = getattr(hf_logging, "set_tqdm_hook", None)
+    if set_hook is not None:
+        set_hook(functools.partial(_hide_weight_bars, then=set_hook(None)))
+
+
+quiet_weight_loading()  # every stage that loads a model imports this module
 
 
 def _checked_checkpoint(path: str, name_or_path: str) -> str:
@@ -122,6 +148,19 @@ def stable_adapter_config(out_dir: str | Path) -> None:
     path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
 
 
+def _save_embedding_layers(model: PeftModel) -> bool | str:
+    """peft's `save_embedding_layers`: "auto" (peft decides) when the LoRA targets an embedding layer, else False,
+    which is what "auto" decides for a vocabulary never resized (essaflow resizes none) without looking for the
+    base's config.json at its recorded path: peft warns when that path is gone (an SFT adapter cached by another
+    checkout names that checkout's base)."""
+    from peft.utils.constants import EMBEDDING_LAYER_NAMES
+
+    targets = [getattr(c, "target_modules", None) for c in getattr(model, "peft_config", {}).values()]
+    if any(isinstance(t, str) or any(n in EMBEDDING_LAYER_NAMES for n in t or ()) for t in targets):
+        return "auto"
+    return False
+
+
 def save_adapter(
     model: PeftModel,
     out_dir: str | Path,
@@ -132,7 +171,8 @@ def save_adapter(
 
     `state_dict`: the adapter's tensors by the model's parameter names, when the model holds only shards of them."""
     out = Path(out_dir)
-    model.save_pretrained(out, safe_serialization=True, state_dict=state_dict)
+    embeddings = _save_embedding_layers(model)
+    model.save_pretrained(out, safe_serialization=True, state_dict=state_dict, save_embedding_layers=embeddings)
     stable_adapter_config(out)
     if tokenizer is not None:
         tokenizer.save_pretrained(out)
