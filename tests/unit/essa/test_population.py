@@ -10,7 +10,7 @@ from essaflow.config import load_config
 from essaflow.data.prepare import prepare_splits
 from essaflow.essa.metrics import payload_bytes
 from essaflow.essa.population import LocalPopulation
-from essaflow.essa.scorer import CandidateScorer
+from essaflow.essa.scorer import CandidateScorer, NotLoaded
 from essaflow.essa.scoring_spec import scoring_spec
 from essaflow.model.loading import attach_lora, load_base_model, load_model_with_adapter, load_tokenizer, save_adapter
 from tests.support.essa_tiny import make_tiny
@@ -92,3 +92,18 @@ def test_a_worker_on_another_machine_rebuilds_the_adapter_from_the_spec(tiny):
     # without the files, a worker that cannot see the driver's disk says what must be shared
     with pytest.raises(FileNotFoundError, match="cannot read the SFT adapter at .*ESSAFLOW_CACHE_DIR must be one"):
         CandidateScorer(dataclasses.replace(spec, adapter_dir="/nonexistent/x", adapter_files={}))
+
+
+def test_a_scorer_built_empty_loads_with_its_first_ready_call(tiny):
+    """A Ray actor's scorer is built without arguments (no constructor argument for Ray to keep for a restart) and
+    loads with `ready(spec)`; work before that, as a restarted actor would get, is NotLoaded."""
+    *_, spec = tiny
+    empty, idx = CandidateScorer(), np.arange(24)
+    with pytest.raises(NotLoaded):
+        empty.score(0, np.zeros(4, np.float32), idx, 0)
+    with pytest.raises(NotLoaded, match="pass the ScoringSpec"):
+        empty.ready()
+    loaded = CandidateScorer(spec)
+    assert empty.ready(spec) == loaded.ready() and empty.ready() == loaded.ready()  # loaded once, then answers
+    x = np.random.default_rng(2).normal(0, 0.3, loaded.ready()[0]).astype(np.float32)
+    assert empty.score(0, x, idx, 3)[:2] == loaded.score(0, x, idx, 3)[:2]
