@@ -28,16 +28,20 @@ import torch
 
 from essaflow.config import load_config
 from essaflow.data.prepare import prepare_splits
+from essaflow.generation.prompt_format import render_prompt
 from essaflow.grpo.loop import train_grpo
 from essaflow.judging.evaluation import evaluate
-from essaflow.judging.rewards import get_reward
+from essaflow.judging.judge import judge_for
 from essaflow.model.loading import load_adapter, load_base_model, load_tokenizer
 from essaflow.training.warm_start import cached_sft_adapter
 
 
 def held_out(model, tok, problems, cfg) -> dict[str, float]:
+    """Greedy, pass@1 and pass@8 on `problems` ({} when there are none: a speed-only run)."""
     from essaflow.generation.sampling import TransformersGenerator
 
+    if not problems:
+        return {}
     eval_cfg = cfg.eval.model_copy(update={"samples_per_problem": 8, "ks": [1, 8]})
     rep = evaluate(TransformersGenerator(model.eval(), tok, cfg.sampling.batch_size), problems, eval_cfg, cfg.sampling)
     return {"greedy": rep.greedy, "pass@1": rep.pass_at_k["1"], "pass@8": rep.pass_at_k["8"]}
@@ -61,12 +65,16 @@ def run_trl(cfg, splits, sft, out: Path) -> dict:
     g = cfg.grpo
     tok = load_tokenizer(cfg.model)
     model = load_adapter(load_base_model(cfg.model), sft, trainable=True)
-    reward_fn = get_reward(cfg.eval.reward)
+    judge = judge_for(cfg.eval)  # the pipeline's reward, with the problem's fields (reasoning_gym needs its entry)
 
-    def correctness(prompts, completions, answer, **_):
-        return [reward_fn(c, a) for c, a in zip(completions, answer)]
+    def correctness(prompts, completions, row, **_):
+        return list(judge.score(completions, [splits.train[i] for i in row]).rewards)
 
-    data = Dataset.from_list([{"prompt": p.prompt, "answer": p.answer} for p in splits.train])
+    # the prompt as our engine renders it (the chat template, if the config uses one), so both see the same tokens
+    fmt = cfg.data.prompt_format()
+    data = Dataset.from_list(
+        [{"prompt": render_prompt(tok, p.prompt, fmt), "row": i} for i, p in enumerate(splits.train)]
+    )
     args = GRPOConfig(
         output_dir=str(out),
         max_steps=g.steps,
@@ -103,6 +111,7 @@ def run_trl(cfg, splits, sft, out: Path) -> dict:
 
         def on_step_end(self, args, state, control, **kw):
             times.append(time.perf_counter() - self.t0)
+            print(f"TRL step {len(times)}: {times[-1]:.1f} s", flush=True)
 
     trainer = GRPOTrainer(
         model=model,
@@ -129,7 +138,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--print-every", type=int, default=5)
     ap.add_argument("--out", type=Path, default=None, help="also write the JSON summary here")
-    ap.add_argument("--held-out", type=int, default=None, help="score only the first N held-out problems")
+    ap.add_argument("--held-out", type=int, default=None, help="score the first N held-out problems (0: none)")
     args = ap.parse_args()
     cfg = load_config(args.config, [*args.set, f"grpo.steps={args.steps}", "grpo.gamma=0", "grpo.eval_every=0"])
     if cfg.grpo.loss != "grpo" or cfg.grpo.mini_batches != 1 or cfg.grpo.kl_beta:

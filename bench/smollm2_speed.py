@@ -56,7 +56,7 @@ def main() -> None:
 
     started, load_before = time.time(), os.getloadavg()
     trl = run_bench("grpo_vs_trl.py", ["-c", "configs/smollm2-fgrpo.yaml", "--steps", str(args.steps),
-                                       "--print-every", "1", "--held-out", str(args.problems)])  # fmt: skip
+                                       "--print-every", "1", "--held-out", "0"])  # fmt: skip
     engines = run_bench("engine_throughput.py", [
         "-c", "configs/smollm2-essa.yaml", "--set", "essa.fitness=accuracy",
         "--population", str(args.population), "--minibatch", str(args.minibatch), "--groups", str(args.groups),

@@ -95,8 +95,11 @@ def scoring_spec(cfg: PipelineConfig, splits: Splits, sft_adapter: Path, ship_ad
 
     e = cfg.essa
     files = sorted(p for p in Path(sft_adapter).rglob("*") if p.is_file()) if ship_adapter else []
+    model = cfg.model.model_dump()
+    if e.on_ray:  # a Ray scorer takes the CPUs Ray gives it, so scorers side by side do not oversubscribe the cores
+        model["torch_threads"] = max(1, min(cfg.model.torch_threads, int(e.workers.cpus)))
     return ScoringSpec(
-        model=cfg.model.model_dump(),
+        model=model,
         adapter_dir=str(sft_adapter),
         alpha=e.alpha,
         nonnegative=e.nonnegative,

@@ -58,7 +58,8 @@ class ModelConfig(StrictConfig):
     target_modules: list[str] = trajectory(["q_proj", "k_proj", "v_proj", "o_proj"])
     """Modules LoRA adapts; ESSA uses the attention projections Q/K/V/O (ESSA-v3 sec. 3.2)."""
     torch_threads: int = Field(1, ge=1)
-    """Torch intra-op threads per process: 1 avoids collapse when another process shares the cores."""
+    """Torch intra-op threads per process: 1 avoids collapse when another process shares the cores. ESSA's Ray
+    scorers take at most their Ray CPUs (essa.workers.cpus), so the driver's evaluation and SFT may use more."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Where models are loaded (SFT, evaluation, ESSA scorers): auto = cuda when torch sees one, else cpu. A Ray
     worker without a GPU share sees none, so CPU workers beside GPU ones stay on CPU."""

@@ -107,3 +107,16 @@ def test_a_scorer_built_empty_loads_with_its_first_ready_call(tiny):
     assert empty.ready(spec) == loaded.ready() and empty.ready() == loaded.ready()  # loaded once, then answers
     x = np.random.default_rng(2).normal(0, 0.3, loaded.ready()[0]).astype(np.float32)
     assert empty.score(0, x, idx, 3)[:2] == loaded.score(0, x, idx, 3)[:2]
+
+
+def test_a_ray_scorer_takes_its_ray_cpus_as_threads_and_a_local_one_the_models(tiny):
+    cfg, splits, adapter, _ = tiny
+    two = cfg.model_copy(deep=True)
+    two.model.torch_threads = 2  # the driver's evaluation and SFT on both cores
+    two.essa.workers.ray = True
+    assert scoring_spec(two, splits, adapter).model["torch_threads"] == 1  # essa.workers.cpus = 1: one each
+    two.essa.workers.cpus = 4
+    assert scoring_spec(two, splits, adapter).model["torch_threads"] == 2  # never more than model.torch_threads
+    two.essa.workers.ray = False
+    two.essa.workers.cpus = 1
+    assert scoring_spec(two, splits, adapter).model["torch_threads"] == 2  # in the driver: the model's own
