@@ -180,7 +180,7 @@ class Ahead:
     """What the command did before its flow while Prefect's temporary server started."""
 
     parts: dict[str, float] = field(default_factory=dict)
-    """Seconds loading what the stages need (essaflow/runs/preload.py), by the part the stage would count them in."""
+    """Seconds loading what the stages need (essaflow/stages/preload.py), by the part the stage would count them in."""
     server_wait_s: float = 0.0
     """Seconds then still spent waiting for the server to answer."""
 
@@ -193,7 +193,7 @@ def finetune_summary(
     force: bool = False,
 ) -> dict[str, Any]:
     """Run the finetune flow in this process (Prefect's temporary local API unless PREFECT_API_URL is set: started
-    first, while the command loads what the stages need, essaflow/runs/preload.py).
+    first, while the command loads what the stages need, essaflow/stages/preload.py).
 
     On failure: the failed stage's error as one line on stderr and as the JSON line last on stdout, with the run id
     and the command that resumes it; exit status 1 (the traceback is in the run's log, not on the terminal).
@@ -240,7 +240,7 @@ def _finetune_state(
     """The finetune flow's final state, and what was done ahead of it while `server` (Prefect's temporary server,
     None when PREFECT_API_URL names one) started; the orchestrator's own failure (Prefect's API unreachable, its
     temporary server not started) ends the command in one line naming it."""
-    from essaflow.runs.preload import preload
+    from essaflow.stages.preload import preload
     from flows.finetune import finetune
 
     quiet_console_tracebacks()

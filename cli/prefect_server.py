@@ -4,7 +4,7 @@ Without PREFECT_API_URL, Prefect starts a temporary server when a flow first cal
 it: a Python process that imports Prefect's server and migrates its database (10 s of CPU with a new Prefect home, 4 s
 after; 10-25 s of wall time on 2 busy cores). Started here first, that start-up runs on the other core while the
 command does what it would do anyway before and at the start of its flow (importing Prefect and the flow, opening
-the local MLflow store, importing the model stack: essaflow/runs/preload.py). It is the server Prefect would start,
+the local MLflow store, importing the model stack: essaflow/stages/preload.py). It is the server Prefect would start,
 started the way Prefect starts it (uvicorn with Prefect's app factory in ephemeral mode: no UI, only the services a
 temporary server runs), on a free local port, and it stops when the process exits, after Prefect has sent its last
 logs and events. Nothing starts when PREFECT_API_URL is set; a Prefect profile that names a server, or disallows a

@@ -10,8 +10,8 @@ from essaflow import tracking
 from essaflow.config import PipelineConfig
 from essaflow.gate.candidate import Candidate, GateDecision
 from essaflow.gate.champion import eval_identity_tags
+from essaflow.methods.tags import trained_method_tags
 from essaflow.refs import RunRef
-from essaflow.runs.method_tags import trained_method_tags
 from essaflow.tracking.protocol import protocol_tags
 
 

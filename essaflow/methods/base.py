@@ -57,7 +57,7 @@ class Method:
         raise ValueError(f"method {self.name!r} has no trainer")
 
     def preload(self) -> None:
-        """Import what its stages will need, ahead of them (`essaflow.runs.preload`): its trainer."""
+        """Import what its stages will need, ahead of them (`essaflow.stages.preload`): its trainer."""
         if self.trains:
             self.trainer()
 

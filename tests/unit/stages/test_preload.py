@@ -1,4 +1,4 @@
-"""Loading ahead while Prefect's server starts (essaflow/runs/preload.py): the tracking store, then the model stack in
+"""Loading ahead while Prefect's server starts (essaflow/stages/preload.py): the tracking store, then the model stack in
 the order the stages need it, stopping once the other start-up is done, each step timed as its stage counts it."""
 
 from __future__ import annotations
@@ -7,15 +7,15 @@ import pytest
 
 from essaflow.config import PipelineConfig
 from essaflow.methods import METHODS
-from essaflow.runs import preload as preload_module
-from essaflow.runs.preload import MODEL_STACK, preload
+from essaflow.stages import preload as preload_module
+from essaflow.stages.preload import MODEL_STACK, preload
 
 
 @pytest.fixture
 def loaded(monkeypatch) -> list[str]:
     """What preload loads, in order, without loading it."""
     seen: list[str] = []
-    monkeypatch.setattr(preload_module, "_tracking_store", lambda cfg: seen.append("tracking store"))
+    monkeypatch.setattr(preload_module, "_tracking_store", lambda uri: seen.append("tracking store"))
     monkeypatch.setattr(preload_module.importlib, "import_module", seen.append)
     for name in METHODS:  # a method's own step: its trainer
         monkeypatch.setattr(METHODS.get(name), "preload", lambda name=name: seen.append(f"{name} trainer"))
@@ -43,7 +43,7 @@ def test_loading_stops_at_the_first_check_after_the_server_answers(loaded):
 
 
 def test_a_step_that_fails_is_left_to_the_stage_that_meets_it_again(loaded, monkeypatch):
-    def broken(cfg):
+    def broken(uri):
         raise ConnectionError("MLflow is down")
 
     monkeypatch.setattr(preload_module, "_tracking_store", broken)

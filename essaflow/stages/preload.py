@@ -29,7 +29,7 @@ def preload(cfg: PipelineConfig, busy: Callable[[], bool]) -> dict[str, float]:
     returns the seconds spent by part (tracking, compute). Best effort: a failure here is left to the stage that
     meets it again, with its retries and its message."""
     timer = Timer()
-    steps = [("tracking", lambda: _tracking_store(cfg))]
+    steps = [("tracking", lambda: _tracking_store(cfg.tracking_uri))]
     modules = [*MODEL_STACK, "essaflow.training.warm_start"]
     steps += [("compute", lambda m=m: importlib.import_module(m)) for m in modules]
     method = method_of(cfg)
@@ -46,12 +46,12 @@ def preload(cfg: PipelineConfig, busy: Callable[[], bool]) -> dict[str, float]:
     return {k: v for k, v in timer.timings().items() if k != "total"}
 
 
-def _tracking_store(cfg: PipelineConfig) -> None:
-    """MLflow imported and, for a local sqlite store, opened (tables created on a first run): the client caches it
-    per URI, so open_run finds it ready."""
+def _tracking_store(tracking_uri: str | None) -> None:
+    """MLflow imported and, for a local sqlite store (`tracking_uri` as configured), opened (tables created on a
+    first run): the client caches it per URI, so open_run finds it ready."""
     from essaflow.tracking.server import check_tracking, client, resolve_tracking_uri
 
-    uri = resolve_tracking_uri(cfg.tracking_uri)
+    uri = resolve_tracking_uri(tracking_uri)
     if uri.startswith("sqlite:"):
         check_tracking(uri)
         client(uri)

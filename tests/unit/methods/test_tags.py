@@ -6,8 +6,8 @@ import pytest
 
 from essaflow.config import load_config
 from essaflow.methods import method_of
+from essaflow.methods.tags import trained_method_tags
 from essaflow.refs import AdapterRef, TrainingSummary
-from essaflow.runs.method_tags import trained_method_tags
 
 
 @pytest.mark.parametrize(
