@@ -286,7 +286,7 @@ def run(
     force: ForceOpt = False,
     verbose: bool = False,
 ) -> None:
-    """Run the finetune flow locally: data -> pass@k -> SFT -> ESSA/F-GRPO -> pass@k -> MLflow registry."""
+    """Run the finetune flow locally: data -> pass@k -> SFT -> ESSA/F-GRPO -> pass@k -> the promotion gate."""
     flow_logging(verbose)
     cfg = load(config, set_)
     preflight(cfg, resume=resume)
