@@ -33,7 +33,7 @@ import torch
 
 from essaflow.config import load_config
 from essaflow.data.prepare import prepare_splits
-from essaflow.essa.distributed import RayPopulation
+from essaflow.essa.distributed import ray_population
 from essaflow.essa.scoring_spec import scoring_spec
 from essaflow.essa.step import run_generation, start_search
 from essaflow.essa.svd_lora import SVDLoRA
@@ -45,7 +45,7 @@ def measure(spec, cfg, dimension: int, generations: int, workers: int, sync: str
     """One search of `generations` generations on a fresh pool (the loop's `run_generation`): fitness, timing
     and bytes per generation."""
     e = cfg.essa
-    pool = RayPopulation(spec, workers=workers, inflight=e.inflight_per_worker, sync=sync)
+    pool = ray_population(spec, workers=workers, sync=sync, inflight=e.inflight_per_worker)
     strategy, sampler = start_search(e, dimension, len(spec.prompts))
     try:
         told = [run_generation(pool, strategy, sampler, e.seed, g) for g in range(generations)]

@@ -141,7 +141,7 @@ def part_essa_gpu(cfg: PipelineConfig, splits, adapter: Path, workers_per_gpu: i
     import ray
 
     from essaflow.cluster import gpus_per_worker
-    from essaflow.essa.distributed import RayPopulation
+    from essaflow.essa.distributed import ray_population
     from essaflow.essa.prompt_sampler import MinibatchSampler, generation_seed
     from essaflow.essa.scoring_spec import scoring_spec
 
@@ -161,7 +161,7 @@ def part_essa_gpu(cfg: PipelineConfig, splits, adapter: Path, workers_per_gpu: i
             run.model = run.model.model_copy(update={"dtype": dtype, "device": "cuda" if gpus else "cpu"})
             run.essa = run.essa.model_copy(update={"population": 16, "minibatch": 64})
             spec = scoring_spec(run, splits, adapter)
-            pool = RayPopulation(spec, workers=workers, gpus_per_worker=gpus)
+            pool = ray_population(spec, workers=workers, sync="vectors", gpus_per_worker=gpus)
             try:
                 xs = [rng.normal(0, cfg.essa.sigma0, (cfg.essa.population, pool.dimension)) for _ in batches]
                 pool.evaluate(xs[0], batches[0], 0)  # warm-up

@@ -11,7 +11,11 @@ docs/algorithms.md sec. 2).
 - `scorer.py`          one candidate scorer: model + SVD bases loaded once, the driver's calls answered
 - `replica.py`         seed mode: the strategy replica each Ray worker keeps and scores from, the driver's check
 - `population.py`      the in-process population
-- `distributed.py`     the Ray driver: the scorers as an actor pool (seed or vector sync), dead workers
+- `ray_pool.py`        the scorers as Ray actors in a placement group: start, restarts of dead workers, close
+- `handout.py`         a generation's work over the live workers, a dead worker's work re-dispatched
+- `population_seed.py` seed sync on the pool: each worker draws its share from a replica (`replica.py`)
+- `population_vectors.py` vector sync on the pool: each call carries one candidate's offsets
+- `distributed.py`     the Ray driver: the population of essa.sync on a fresh pool
 - `metrics.py`         what a generation cost (bytes, tokens, device time, lost work) and its metrics row
 - `step.py`            one generation, minibatch -> ask -> evaluate -> tell -> record: the step every search runs
 - `checkpoint.py`      what a search saves and restores: JSON + npz checkpoints (no pickle), atomic, manifest last

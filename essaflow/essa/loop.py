@@ -30,8 +30,10 @@ import numpy as np
 from essaflow.config import PipelineConfig
 from essaflow.data import Splits
 from essaflow.essa.checkpoint import restore_search, save_search
-from essaflow.essa.distributed import RayPopulation
+from essaflow.essa.distributed import ray_population
 from essaflow.essa.population import LocalPopulation
+from essaflow.essa.population_seed import SeedPopulation
+from essaflow.essa.population_vectors import VectorsPopulation
 from essaflow.essa.prompt_sampler import MinibatchSampler
 from essaflow.essa.scoring_spec import scoring_spec
 from essaflow.essa.step import Generation, run_generation, start_search
@@ -49,15 +51,19 @@ TIED_SHARE, TIED_GENERATIONS = 0.75, 5  # warn when 3 in 4 candidates tie for th
 TIED_WARN_EVERY = 50  # ... and again every this many generations while it goes on
 
 
-def make_population(cfg: PipelineConfig, splits: Splits, sft_adapter: Path) -> LocalPopulation | RayPopulation:
-    """The candidate scorers: in this process (essa.workers.ray=false) or a Ray actor pool (essa.workers)."""
+def make_population(
+    cfg: PipelineConfig, splits: Splits, sft_adapter: Path
+) -> LocalPopulation | SeedPopulation | VectorsPopulation:
+    """The candidate scorers: in this process (essa.workers.ray=false) or a Ray actor pool (essa.workers) in the
+    transport of essa.sync."""
     e, w = cfg.essa, cfg.essa.workers
     spec = scoring_spec(cfg, splits, sft_adapter, ship_adapter=e.on_ray)
     if not e.on_ray:
         return LocalPopulation(spec)
-    return RayPopulation(
+    return ray_population(
         spec,
         workers=w.count,
+        sync=e.sync,
         inflight=e.inflight_per_worker,
         max_restarts=w.max_restarts,
         cpus_per_worker=w.cpus,
@@ -66,7 +72,6 @@ def make_population(cfg: PipelineConfig, splits: Splits, sft_adapter: Path) -> L
         placement_timeout_s=w.placement_timeout_s,
         start_timeout_s=w.start_timeout_s,
         address=cfg.ray_address,
-        sync=e.sync,
     )
 
 

@@ -3,7 +3,7 @@ docs/algorithms.md sec. 6); what an evaluation cost is counted in `metrics.py`.
 
 Each scorer loads the base model, the SFT adapter and the frozen SVD bases once (`scorer.py`); per generation the
 driver sends only what changes. The Ray actor pool, its two transports (essa.sync) and its handling of dead workers
-are in `distributed.py`; `LocalPopulation` here scores in the driver process.
+are in `distributed.py` and the modules it lists; `LocalPopulation` here scores in the driver process.
 
 - Shared minibatch (sec. 6.6): every candidate of a generation is scored on the same b prompts, and, when the fitness
   decodes with temperature > 0, with the same sampling seed (common random numbers), so candidates are ranked on

@@ -20,8 +20,8 @@ from essaflow.essa.strategy import Strategy, make_strategy
 
 
 class Population(Protocol):
-    """Scores the candidates it is sent: `LocalPopulation` (population.py), `RayPopulation` with sync "vectors"
-    (distributed.py)."""
+    """Scores the candidates it is sent: `LocalPopulation` (population.py), `VectorsPopulation`
+    (population_vectors.py, sync "vectors")."""
 
     sync: str
 
@@ -32,7 +32,7 @@ class Population(Protocol):
 
 class ReplicatedPopulation(Protocol):
     """Scores candidates its workers draw themselves from replicas of the driver's strategy and sampler:
-    `RayPopulation` with sync "seed" (distributed.py, replica.py)."""
+    `SeedPopulation` (population_seed.py, replica.py; sync "seed")."""
 
     sync: str
 

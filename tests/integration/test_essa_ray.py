@@ -17,9 +17,10 @@ import pytest
 import ray
 
 from essaflow.cluster import ClusterCapacityError
-from essaflow.essa.distributed import RayPopulation
+from essaflow.essa.distributed import ray_population
 from essaflow.essa.loop import train_essa
 from essaflow.essa.population import LocalPopulation
+from essaflow.essa.ray_pool import ScorerPool
 from essaflow.essa.scorer import CandidateScorer
 from essaflow.essa.scoring_spec import scoring_spec
 from tests.support import essa_tiny
@@ -80,7 +81,7 @@ def test_worker_killed_mid_generation_loses_and_double_counts_nothing(tiny, tmp_
 
     CrashOnce.marker = str(tmp_path / "crashed")
     caplog.set_level(logging.INFO, logger="essaflow.essa.distributed")
-    pool = RayPopulation(spec, workers=2, worker_class=CrashOnce)
+    pool = ray_population(spec, workers=2, sync="vectors", worker_class=CrashOnce)
     try:
         fitness, stats = pool.evaluate(candidates, prompt_idx, seed=7)
         assert Path(CrashOnce.marker).exists(), "a worker really died mid-generation"
@@ -114,7 +115,7 @@ def test_a_search_that_ends_before_a_restarted_worker_is_back_says_so(tiny, tmp_
     candidates = np.random.default_rng(1).normal(0, 0.3, (12, LocalPopulation(spec).dimension))
     SlowRestart.marker = str(tmp_path / "crashed")
     caplog.set_level(logging.INFO, logger="essaflow.essa.distributed")
-    pool = RayPopulation(spec, workers=2, worker_class=SlowRestart)
+    pool = ray_population(spec, workers=2, sync="vectors", worker_class=SlowRestart)
     try:
         _, stats = pool.evaluate(candidates, np.arange(cfg.essa.minibatch), seed=3)
         assert stats.worker_failures == 1 and sum(stats.per_worker) == 12  # the live worker did the rest
@@ -130,8 +131,8 @@ def test_workers_the_cluster_cannot_hold_fail_before_any_model_loads(tiny):
     spec = scoring_spec(cfg, splits, adapter)
     t0 = time.monotonic()
     with pytest.raises(ClusterCapacityError, match=r"3 workers x \{CPU: 1, GPU: 1\}.*no node can hold even one"):
-        RayPopulation(spec, workers=3, gpus_per_worker=1)
+        ScorerPool(spec, workers=3, gpus_per_worker=1)
     with pytest.raises(ClusterCapacityError, match="at most 2 fit"):
-        RayPopulation(spec, workers=3, cpus_per_worker=1)
+        ScorerPool(spec, workers=3, cpus_per_worker=1)
     assert time.monotonic() - t0 < 5  # checked against the nodes, nothing started
     assert all(g["state"] == "REMOVED" for g in ray.util.placement_group_table().values())  # none left behind

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from essaflow.essa.distributed import RayPopulation
+from essaflow.essa.distributed import ray_population
 from essaflow.essa.loop import train_essa
 from essaflow.essa.population import LocalPopulation
 from essaflow.essa.replica import ReplicaScorer
@@ -132,7 +132,7 @@ def test_a_perturbed_replica_is_detected_and_resynced(tiny, tmp_path):
     local = LocalPopulation(spec)
     expected, expected_mean, _ = search(local, cfg, splits, local.dimension, 4)
     PerturbOnce.marker = str(tmp_path / "perturbed")
-    pool = RayPopulation(spec, workers=2, worker_class=PerturbOnce, sync="seed")
+    pool = ray_population(spec, workers=2, sync="seed", worker_class=PerturbOnce)
     try:
         fitness, mean, stats = search(pool, cfg, splits, pool.dimension, 4)
     finally:
@@ -174,7 +174,7 @@ def test_worker_killed_mid_generation_in_seed_mode_loses_nothing_and_rejoins_fro
     spec = scoring_spec(cfg, splits, adapter)
     CrashOnce.marker = str(tmp_path / "crashed")
     caplog.set_level(logging.INFO, logger="essaflow.essa.distributed")
-    pool = RayPopulation(spec, workers=2, worker_class=CrashOnce, sync="seed")
+    pool = ray_population(spec, workers=2, sync="seed", worker_class=CrashOnce)
     rejoined_at: list[float] = []
 
     def back_for_one_generation() -> bool:  # go on until the restarted worker is back and has scored again

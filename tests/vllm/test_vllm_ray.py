@@ -13,7 +13,7 @@ import pytest
 
 from essaflow.config import load_config
 from essaflow.data.prepare import prepare_splits
-from essaflow.essa.distributed import RayPopulation
+from essaflow.essa.distributed import ray_population
 from essaflow.essa.population import LocalPopulation
 from essaflow.essa.scorer import CandidateScorer
 from essaflow.essa.scoring_spec import scoring_spec
@@ -61,7 +61,7 @@ def test_a_worker_killed_mid_generation_on_vllm_restarts_its_engine_and_loses_no
     assert spec.backend == "vllm"
     CrashOnce.marker = str(tmp_path / "crashed")
     caplog.set_level(logging.INFO, logger="essaflow.essa.distributed")
-    pool = RayPopulation(spec, workers=2, worker_class=CrashOnce, sync="seed")
+    pool = ray_population(spec, workers=2, sync="seed", worker_class=CrashOnce)
     strategy, sampler = start_search(cfg.essa, pool.dimension, len(splits.train))
     told, rejoined = [], None
     try:
