@@ -26,6 +26,7 @@ import pytest
 import yaml
 
 from flows.parameters import merge_tree, preset_tree
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]  # the browser waits up to 3 min for a new run
 REPO = Path(__file__).resolve().parents[2]
@@ -66,12 +67,13 @@ def _api(server, path: str) -> dict:
 
 
 def _final_state(server, flow_run_id: str, wait_s: float = 30) -> str:
-    deadline = time.monotonic() + wait_s  # the server records states from events: wait for a final one
-    while True:
+    """The flow run's final state name (the server records states from events: wait for a final one)."""
+
+    def final() -> str | None:
         state = _api(server, f"flow_runs/{flow_run_id}")["state"] or {}
-        if state.get("type") in {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"} or time.monotonic() > deadline:
-            return state.get("name", "<none>")
-        time.sleep(0.5)
+        return state.get("name") if state.get("type") in {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"} else None
+
+    return wait_until(final, wait_s, f"a final state of flow run {flow_run_id}", every=0.5)
 
 
 @pytest.fixture

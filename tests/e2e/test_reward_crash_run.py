@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import pytest
 import yaml
 
 from tests.e2e.test_cli_finetune import TINY
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
@@ -73,7 +73,5 @@ def test_a_reward_that_exits_fails_the_run_with_its_json_line_and_leaves_no_proc
     assert line["stage"].startswith("evaluate"), line
     assert f"reward '{tmp_path / 'exits.py'}:score' failed on problem" in line["error"], line
     assert "the reward's process ended (exit status 0)" in line["error"], line
-    deadline = time.monotonic() + 30  # the temporary server is stopped as the command ends
-    while (left := marked(marker)) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert left == [], left
+    # the temporary server is stopped as the command ends
+    wait_until(lambda: marked(marker) == [], 30, lambda: f"no process left, still {marked(marker)}", every=0.5)

@@ -12,6 +12,7 @@ import pytest
 from devstack import Service, ServiceError, free_port, start_seaweedfs, weed_binary
 from essaflow.storage import S3Store, open_store
 from tests.support.servers import Server, timed_start
+from tests.support.waiting import wait_until
 
 
 class SeaweedFS:
@@ -69,19 +70,19 @@ class SeaweedFS:
         client = self.client(config=Config(s3={"addressing_style": "path"}, connect_timeout=2, read_timeout=5,
                                            retries={"max_attempts": 1}))  # fmt: skip
         key, body = f".probe/{secrets.token_hex(4)}", secrets.token_bytes(64)
+
+        def serves() -> bool:
+            if self.bucket not in {b["Name"] for b in client.list_buckets().get("Buckets", [])}:
+                client.create_bucket(Bucket=self.bucket)
+            client.put_object(Bucket=self.bucket, Key=key, Body=body)
+            if client.get_object(Bucket=self.bucket, Key=key)["Body"].read() != body:
+                return False
+            client.delete_object(Bucket=self.bucket, Key=key)
+            return True
+
         t0 = time.monotonic()
-        while True:
-            try:
-                if self.bucket not in {b["Name"] for b in client.list_buckets().get("Buckets", [])}:
-                    client.create_bucket(Bucket=self.bucket)
-                client.put_object(Bucket=self.bucket, Key=key, Body=body)
-                if client.get_object(Bucket=self.bucket, Key=key)["Body"].read() == body:
-                    client.delete_object(Bucket=self.bucket, Key=key)
-                    return time.monotonic() - t0
-            except Exception as e:  # not serving yet
-                if time.monotonic() - t0 > timeout:
-                    raise RuntimeError(f"{self!r} did not serve a put/get within {timeout:.0f}s: {e}") from e
-            time.sleep(0.2)
+        wait_until(serves, timeout, f"{self!r} to serve a put/get", every=0.2, retry_on=Exception)  # not serving yet
+        return time.monotonic() - t0
 
     def restart(self) -> SeaweedFS:
         """Start the stopped (or killed) server on its data and wait until it serves."""

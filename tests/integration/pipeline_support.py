@@ -11,6 +11,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from tests.support.waiting import wait_until
+
 REPO = Path(__file__).resolve().parents[2]
 POOL = "essaflow-process"
 
@@ -71,27 +73,27 @@ def client():
 
 def flow_run_state(flow_run_id: str, wait_s: float = 30.0) -> str:
     """Final state name of a flow run (the server records states from events, so wait for a final one)."""
-    deadline = time.monotonic() + wait_s
     with client() as c:
-        while True:
+
+        def final() -> str | None:
             state = c.read_flow_run(uuid.UUID(flow_run_id)).state
-            if state is not None and state.is_final() or time.monotonic() > deadline:
-                return state.name if state else "<none>"
-            time.sleep(0.5)
+            return state.name if state is not None and state.is_final() else None
+
+        return wait_until(final, wait_s, f"a final state of flow run {flow_run_id}", every=0.5)
 
 
 def task_run_states(flow_run_id: str, expect: set[str], wait_s: float = 30.0) -> dict[str, str]:
     """{task run name: state name} of a flow run, waiting until every name in `expect` has a final state."""
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 
-    deadline = time.monotonic() + wait_s
     with client() as c:
-        while True:
+
+        def final() -> dict[str, str] | None:
             runs = c.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[uuid.UUID(flow_run_id)])))
             states = {r.name: r.state.name for r in runs if r.state is not None and r.state.is_final()}
-            if expect <= set(states) or time.monotonic() > deadline:
-                return states
-            time.sleep(0.5)
+            return states if expect <= set(states) else None
+
+        return wait_until(final, wait_s, f"final states of the task runs {sorted(expect)}", every=0.5)
 
 
 def flow_run_artifacts(flow_run_id: str) -> dict[str, Any]:

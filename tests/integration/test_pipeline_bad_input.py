@@ -14,6 +14,7 @@ import yaml
 
 from devstack import free_port
 from tests.integration.pipeline_support import REPO, leaks, tiny
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -118,10 +119,8 @@ def test_a_deployment_run_refuses_a_model_directory_without_weights_at_its_start
     assert failure.stage == "open_run" and failure.attempts == 1 and not failure.resumable
     assert f"{checkpoint} has config.json but no weights" in failure.error and "tokenizer files" in failure.error
     assert task_run_states(flow_run_id, {"open_run"}) == {"open_run": "Failed"}
-    deadline = time.monotonic() + 30  # the run's log reaches the server in batches
-    while not (lines := [json.loads(m) for m in flow_run_logs(flow_run_id) if m.startswith('{"error"')]):
-        assert time.monotonic() < deadline, "the failure's JSON line never reached the run's log"
-        time.sleep(0.5)
+    lines = wait_until(lambda: [json.loads(m) for m in flow_run_logs(flow_run_id) if m.startswith('{"error"')], 30,
+                       "the failure's JSON line in the run's log (it reaches the server in batches)", every=0.5)
     assert len(lines) == 1 and lines[0]["stage"] == "open_run" and lines[0]["resume"] is None
     _nothing_left(stack_in_process, name, prefix)
 

@@ -15,6 +15,7 @@ back) and gets the default policy and window, as a user's would.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -30,6 +31,7 @@ from essaflow.artifacts import latest_stored_checkpoint, manifest_digest
 from essaflow.config import ConfigError, parse_config
 from essaflow.storage import MANIFEST, S3Store, open_store
 from tests.integration.pipeline_support import REPO, flow_run_logs, tiny
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_disconnect_after")]
 #: 4: a kill after checkpoint 1 or in checkpoint 2's upload, and a crash in generation 3, each leave generations to
@@ -104,13 +106,11 @@ def test_s3_dead_for_good_fails_with_a_json_line_and_resume_last_ends_with_the_u
     killed: dict[str, float] = {}
 
     def kill_after_the_first_checkpoint():
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            if any(k.endswith(f"/checkpoints/00000001/{MANIFEST}") for k in store.list("runs")):
-                server.service.kill()
-                killed["at"] = time.monotonic()
-                return
-            time.sleep(0.02)
+        with contextlib.suppress(AssertionError):  # none within 300 s: the test's `assert killed` says so
+            wait_until(lambda: any(k.endswith(f"/checkpoints/00000001/{MANIFEST}") for k in store.list("runs")), 300,
+                       "the first checkpoint in storage")  # fmt: skip
+            server.service.kill()
+            killed["at"] = time.monotonic()
 
     chaos = threading.Thread(target=kill_after_the_first_checkpoint, daemon=True)
     chaos.start()

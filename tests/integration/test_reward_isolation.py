@@ -21,6 +21,7 @@ from essaflow.data.schema import Problem
 from essaflow.judging.judge import Judge, RewardError
 from essaflow.judging.reward_pool import close_pools
 from essaflow.judging.reward_ref import RewardRefError
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
@@ -200,10 +201,8 @@ def test_what_a_reward_started_ends_with_its_call(tmp_path, answer):
     judge = Judge(f"{reward_file(tmp_path)}:starts_a_child_then", timeout_s=1.0)
     with pytest.raises(RewardError, match="process ended" if answer == "1" else "no result within"):
         judge.score([marker], [Problem(id="c", prompt="p", answer=answer)])
-    deadline = time.monotonic() + 5
-    while marked(marker) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert marked(marker) == []  # the `sleep` it started went with its process's session
+    # the `sleep` it started went with its process's session
+    wait_until(lambda: marked(marker) == [], 5, "the process the reward started to end with it", every=0.1)
 
 
 def test_reward_processes_end_with_a_parent_killed_mid_call(tmp_path):
@@ -219,15 +218,13 @@ def test_reward_processes_end_with_a_parent_killed_mid_call(tmp_path):
     parent = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
     try:
         assert parent.stdout.readline().strip() == "scoring"
-        assert len(marked(marker)) == 2  # the parent and its reward process, asleep in the call
+        # the parent and its reward process, asleep in the call (it starts just after the parent prints)
+        wait_until(lambda: len(marked(marker)) == 2, 60, "the parent's reward process to start", every=0.1)
     finally:
         parent.kill()  # no atexit runs: the reward process must notice on its own
         parent.wait()
         parent.stdout.close()
-    deadline = time.monotonic() + 10
-    while marked(marker) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert marked(marker) == []
+    wait_until(lambda: marked(marker) == [], 10, "the reward process to end after its parent", every=0.2)
 
 
 # ------------------------------------------------------------------------------------------ check-config

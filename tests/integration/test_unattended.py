@@ -28,6 +28,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
+from functools import partial
 from types import SimpleNamespace
 
 import psutil
@@ -37,6 +38,7 @@ import yaml
 from essaflow import tracking
 from essaflow.runs.lease import current_lease
 from tests.integration.pipeline_support import REPO, prefect_cli, tiny
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("unattended"), pytest.mark.timeout(1800)]
 NAME = "unattended-test"
@@ -79,14 +81,13 @@ class Receiver(http.server.ThreadingHTTPServer):
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server_address[1]}/hook"
 
-    def wait_for(self, text: str, timeout: float) -> dict | None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            hit = next((b for b in self.bodies if text in json.dumps(b)), None)
-            if hit:
-                return hit
-            time.sleep(0.5)
-        return None
+    def wait_for(self, text: str, timeout: float) -> dict:
+        """The first body that mentions `text`; AssertionError naming the bodies received if none comes in time."""
+        try:
+            return wait_until(lambda: next((b for b in self.bodies if text in json.dumps(b)), None), timeout,
+                              f"a webhook mentioning {text!r}", every=0.5)  # fmt: skip
+        except AssertionError as e:
+            raise AssertionError(f"{e}; received: {self.bodies}") from None
 
 
 @pytest.fixture(scope="module")
@@ -163,30 +164,17 @@ def _runs(env, deployment: str):
 def _stop_schedule(env, deployment: str) -> None:
     """Delete the deployment: the server deletes its runs that have not started (scheduled or waiting for the slot);
     the runs that ended stay. A busy server (sqlite on loaded cores) may answer 503: asked again."""
-    for attempt in range(10):
-        try:
-            with _client(env) as c:
-                c.delete_deployment(c.read_deployment_by_name(f"finetune/{deployment}").id)
-            return
-        except Exception:  # noqa: BLE001 - a 503 from the busy server; the last attempt raises
-            if attempt == 9:
-                raise
-            time.sleep(2)
+
+    def delete() -> bool:
+        with _client(env) as c:
+            c.delete_deployment(c.read_deployment_by_name(f"finetune/{deployment}").id)
+        return True
+
+    _wait(delete, 20, f"the deployment {deployment} to be deleted", every=2)
 
 
-def _wait(condition, timeout: float, what: str, every: float = 1.0):
-    """Poll `condition` until it returns something true; a busy server's 503 in between is polled again."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            got = condition()
-        except Exception as e:  # noqa: BLE001 - e.g. Prefect's sqlite server answering 503 on loaded cores
-            got, last = None, e
-        if got:
-            return got
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last error: {last})")
+#: wait_until with a busy server's errors polled again (Prefect's sqlite server answers 503 on loaded cores)
+_wait = partial(wait_until, every=1.0, retry_on=Exception)
 
 
 @pytest.fixture(scope="module")
@@ -318,10 +306,9 @@ def test_a_failed_scheduled_run_and_the_crashed_one_reach_the_webhook(stack, dep
         late_s = time.time() - run.end_time.timestamp()
     finally:
         _stop_schedule(stack.env, "unattended-broken")
-    assert hit is not None, stack.receiver.bodies
     assert "Failed" in hit["subject"] and "unattended-broken" in hit["text"] and "no run 'no-such-run'" in hit["text"]
     crashed = stack.receiver.wait_for("of deployment unattended-kill", 30)
-    assert crashed is not None and "Crashed" in crashed["subject"], stack.receiver.bodies
+    assert "Crashed" in crashed["subject"], stack.receiver.bodies
     print(f"webhook: {hit['subject']!r} seen {late_s:.1f}s after the run ended ({time.monotonic() - t0:.0f}s after "
           f"the test began); "
           f"crashed: {crashed['subject']!r}")  # fmt: skip

@@ -31,6 +31,7 @@ import pytest
 
 from devstack import LOCALHOST, Service, free_ports, start_process
 from essaflow import cluster
+from tests.support.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[3]
 # Node death is noticed after period x threshold of missed GCS health checks (Ray's default 3 s x 5).
@@ -135,12 +136,10 @@ class LocalRayCluster:
         return pids
 
     def wait_for_alive(self, count: int, timeout: float = 90.0) -> float:
-        """Seconds until the connected driver sees ``count`` alive nodes (TimeoutError after ``timeout``)."""
+        """Seconds until the connected driver sees ``count`` alive nodes (AssertionError after ``timeout``)."""
         t0 = time.monotonic()
-        while len(cluster.describe_cluster()) != count:
-            if time.monotonic() - t0 > timeout:
-                raise TimeoutError(f"{count} alive nodes not reached in {timeout:.0f}s: {cluster.describe_cluster()}")
-            time.sleep(0.2)
+        wait_until(lambda: len(cluster.describe_cluster()) == count, timeout,
+                   lambda: f"{count} alive nodes: {cluster.describe_cluster()}", every=0.2)  # fmt: skip
         return time.monotonic() - t0
 
     def log_files(self) -> list[Path]:

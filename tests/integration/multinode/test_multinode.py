@@ -20,6 +20,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from essaflow import cluster
 from essaflow.cluster import ClusterCapacityError
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -46,10 +47,8 @@ def slow_on(victim: str, marker_dir: str) -> str:
 
 
 def _wait_until_all_cpus_are_free(timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while ray.available_resources().get("CPU", 0) < ray.cluster_resources()["CPU"]:
-        assert time.monotonic() < deadline, f"CPUs still held {timeout_s:g}s after the groups were removed"
-        time.sleep(0.1)
+    wait_until(lambda: ray.available_resources().get("CPU", 0) >= ray.cluster_resources()["CPU"], timeout_s,
+               "every CPU free after the groups were removed", every=0.1)  # fmt: skip
 
 
 def test_two_nodes_join_with_token_auth(two_nodes):
@@ -79,12 +78,15 @@ def test_spread_places_workers_on_both_nodes_and_strict_pack_on_one(two_nodes):
     _wait_until_all_cpus_are_free()  # a removed group frees its node's CPU asynchronously; SPREAD skips a full node
     counts: Counter[str] = Counter()
     rounds = 0
-    while set(counts) != nodes and rounds < 5:  # SPREAD is best effort: at load 8 one round of 6 all ran on the head
-        time.sleep(1.0 if rounds else 0.0)
+
+    def a_round_reached_both_nodes() -> bool:  # SPREAD is best effort: at load 8 one round of 6 all ran on the head
+        nonlocal rounds
         counts.update(cluster.work_by_node(ray.get([where.options(scheduling_strategy="SPREAD").remote(0.3)
                                                     for _ in range(6)])))  # fmt: skip
         rounds += 1
-    assert set(counts) == nodes
+        return set(counts) == nodes
+
+    wait_until(a_round_reached_both_nodes, 30, lambda: f"SPREAD tasks on both nodes: {dict(counts)}", every=1.0)
     print(f"\nSPREAD bundles on {len(set(ids))} nodes, STRICT_PACK on 1; tasks per node: {list(counts.values())} "
           f"after {rounds} round(s) of 6")  # fmt: skip
 
@@ -138,10 +140,7 @@ def test_killed_node_is_detected_and_the_retried_task_completes_on_the_head(two_
     head, victim = (n.node_id for n in cluster.describe_cluster())
     strategy = NodeAffinitySchedulingStrategy(victim, soft=True)  # soft: a retry may go elsewhere
     ref = slow_on.options(scheduling_strategy=strategy).remote(victim, str(tmp_path))
-    deadline = time.monotonic() + 60
-    while not list(tmp_path.glob(f"{victim}.*")):
-        assert time.monotonic() < deadline, "the task never started on the second node"
-        time.sleep(0.2)
+    wait_until(lambda: list(tmp_path.glob(f"{victim}.*")), 60, "the task to start on the second node", every=0.2)
 
     t_kill = time.monotonic()
     two_nodes.cluster.kill_raylet(two_nodes.cluster.nodes[-1])

@@ -29,6 +29,7 @@ import yaml
 from essaflow import cluster
 from essaflow.tracking import client as mlflow_client
 from tests.integration.pipeline_support import REPO, leaks, tiny
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(480)]
 
@@ -73,11 +74,12 @@ def run_and_kill_node(
             stderr=out,
             text=True,
         )
-    deadline = time.monotonic() + 300
-    while not [s for s in _checkpoints(cache) if s >= kill_after]:
+
+    def reached() -> bool:
         assert proc.poll() is None, f"the run ended before checkpoint {kill_after}:\n{log.read_text()[-4000:]}"
-        assert time.monotonic() < deadline, f"no checkpoint {kill_after} after 300 s:\n{log.read_text()[-4000:]}"
-        time.sleep(0.1)
+        return any(s >= kill_after for s in _checkpoints(cache))
+
+    wait_until(reached, 300, lambda: f"checkpoint {kill_after}:\n{log.read_text()[-4000:]}", every=0.1)
     killed_at = _checkpoints(cache)[-1]
     t_kill = time.monotonic()
     victim = [n.node_id for n in cluster.describe_cluster() if not n.is_head]
