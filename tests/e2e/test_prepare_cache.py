@@ -18,8 +18,10 @@ REPO = Path(__file__).resolve().parents[2]
 
 SCRIPT = textwrap.dedent(
     """
-    import json, os, sys, time
+    import json, os, sys
     from pathlib import Path
+
+    from tests.support.waiting import wait_until
 
     import essaflow.stages.data as stage
     from cli.common import service_env
@@ -37,11 +39,15 @@ SCRIPT = textwrap.dedent(
     first = prepare(data, store)
     again = prepare(data, store)
     st = path.stat()
-    time.sleep(0.05)
     text = path.read_text()
     assert '#### 1"' in text
-    path.write_text(text.replace('#### 1"', '#### 7"'))  # same size: one digit for another
-    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+    def rewritten():  # same size: one digit for another; again until the ctime ticks (a write in its tick keeps it)
+        path.write_text(text.replace('#### 1"', '#### 7"'))
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+        return path.stat().st_ctime_ns != st.st_ctime_ns
+
+    wait_until(rewritten, 5, "a new ctime on the data file", every=0.001)
     changed = prepare(data, store)
     print(json.dumps({"hashes": [first.hash, again.hash, changed.hash], "runs": len(runs)}))
     """

@@ -24,6 +24,7 @@ from essaflow.runs.skip import (
     unchanged_since,
 )
 from essaflow.storage import open_store
+from tests.support.waiting import wait_until
 
 
 def _cfg(*overrides: str):
@@ -57,7 +58,8 @@ def test_the_same_data_config_and_base_skip_and_any_change_trains(tmp_path):
     assert set(inputs) == {"data", "config", "base"} and inputs["base"].startswith("builtin:tiny@")
     assert unchanged_since(inputs, last_completed(uri, "nn-test")) is None  # no completed run yet
     _finished_run(uri, "r-trained", inputs)
-    time.sleep(0.01)
+    ended_ms = time.time_ns() // 1_000_000  # the skipped run must end later (MLflow keeps milliseconds)
+    wait_until(lambda: time.time_ns() // 1_000_000 > ended_ms, 5, "the next millisecond", every=0.001)
     _finished_run(uri, "r-skipped", inputs, outcome=SKIPPED)  # a skipped run is no completed run
     last = last_completed(uri, "nn-test")
     assert last.run_id == "r-trained" and last.inputs == inputs

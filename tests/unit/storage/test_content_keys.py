@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import time
 from types import SimpleNamespace
 
 import pytest
@@ -19,6 +18,7 @@ from essaflow.model.loading import model_identity
 from essaflow.storage import FileStore, digest_cache
 from essaflow.storage.hub import hub_commit, is_hub_id
 from essaflow.training.warm_start import sft_key
+from tests.support.waiting import wait_until
 
 
 @pytest.fixture(autouse=True)
@@ -43,12 +43,17 @@ def hashes(monkeypatch):
 
 
 def _rewrite_same_size_and_mtime(path, data: bytes) -> None:
-    """What `cp -p` of retrained weights does: new bytes, same size, the old mtime restored."""
+    """What `cp -p` of retrained weights does: new bytes, same size, the old mtime restored. Written again until the
+    ctime differs (the kernel's clock ticks every few ms: a write within the same tick keeps the old ctime)."""
     st = path.stat()
     assert len(data) == st.st_size
-    time.sleep(0.01)  # the kernel's ctime tick
-    path.write_bytes(data)
-    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+    def rewritten() -> bool:
+        path.write_bytes(data)
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+        return path.stat().st_ctime_ns != st.st_ctime_ns
+
+    wait_until(rewritten, 5, f"a new ctime on {path.name}", every=0.001)
 
 
 def _checkpoint(directory, weights: bytes):
