@@ -24,8 +24,8 @@ GONE = {
 }
 
 
-#: the names losses.py and advantages.py register (tests/unit/test_registry.py holds the two lists equal): a config
-#: naming a built-in is checked without importing those modules, which need torch
+#: the names losses.py and advantages.py register (tests/unit/registry/test_registry.py holds the two lists equal):
+#: a config naming a built-in is checked without importing those modules, which need torch
 BUILTIN_LOSSES = ("grpo", "dapo", "cispo")
 BUILTIN_ADVANTAGES = ("grpo", "drgrpo")
 

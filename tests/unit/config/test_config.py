@@ -8,7 +8,7 @@ import yaml
 
 from essaflow.config import ConfigError, PipelineConfig, load_config
 
-CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+CONFIGS = Path(__file__).resolve().parents[3] / "configs"
 
 
 @pytest.mark.parametrize(

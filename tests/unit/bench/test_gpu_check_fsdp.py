@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "gpu_check.py"
+BENCH = Path(__file__).resolve().parents[3] / "bench" / "gpu_check.py"
 
 
 def test_fsdp2_fp32_masters_move_the_weights_bf16_does_not():

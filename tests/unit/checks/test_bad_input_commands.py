@@ -18,7 +18,7 @@ from essaflow.config import ConfigError
 
 # ------------------------------------------------------------------------------------------ shared
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(autouse=True)
