@@ -60,7 +60,8 @@ def main() -> None:
     engines = run_bench("engine_throughput.py", [
         "-c", "configs/smollm2-essa.yaml", "--set", "essa.fitness=accuracy",
         "--population", str(args.population), "--minibatch", str(args.minibatch), "--groups", str(args.groups),
-        "--batch-sizes", "64,256", "--repeats", str(args.repeats)])  # fmt: skip
+        "--batch-sizes", "64,256", "--repeats", str(args.repeats),
+        "--kv-cache-gib", "0.5"])  # fmt: skip  (0.05 GiB cannot hold one 8,192-token sequence of this model)
     evaluation = run_bench("eval_throughput.py", [
         "-c", "configs/smollm2.yaml", "--problems", str(args.problems), "--samples", str(args.samples),
         "--repeats", str(args.repeats)])  # fmt: skip
