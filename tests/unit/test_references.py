@@ -1,8 +1,8 @@
 """Every file, folder and `essaflow.` module the repository's code and docs cite exists in the repository.
 
 A citation is a path under one of the repository's top-level folders (`docs/algorithms.md`, `essaflow/data/`,
-`tests/unit/test_config.py`, `bench/hard_task.py`, `configs/tiny.yaml`) or a top-level file (README.md, Makefile),
-found in any tracked text file; a dotted `essaflow.storage.manifest` (optionally ending in a name the module
+`tests/unit/config/test_config.py`, `bench/hard_task.py`, `configs/tiny.yaml`) or a top-level file (README.md,
+Makefile), found in any tracked text file; a dotted `essaflow.storage.manifest` (optionally ending in a name the module
 defines) must name a module of the package (`essaflow.run_id` with one part is an MLflow tag, not a module). Paths
 with placeholders or globs (`runs/<run_id>/`, `configs/essa-*.yaml`) are not citations.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ast
 import re
-import subprocess
+import struct
 from functools import cache
 from pathlib import Path
 
@@ -30,11 +30,39 @@ GLOB = {"*", "<", "{", "$"}
 MADE_BY_USER = {"infra/.env"}  # the stack's credentials (infra/README.md), git-ignored
 
 
+def index_names(repo: Path) -> list[str]:
+    """The paths in git's index, what `git ls-files` lists, read from the index file (versions 2 to 4, SHA-1 names)
+    instead of asking git: a unit test starts no process. ValueError or OSError where there is no such index."""
+    git = repo / ".git"
+    if git.is_file():  # a worktree or submodule: "gitdir: <path>"
+        git = (repo / git.read_text().removeprefix("gitdir:").strip()).resolve()
+    data = (git / "index").read_bytes()
+    signature, version, count = struct.unpack(">4sLL", data[:12])
+    if signature != b"DIRC" or version not in (2, 3, 4):
+        raise ValueError(f"not a git index of version 2 to 4: {signature!r} {version}")
+    names, pos, name = [], 12, b""
+    for _ in range(count):  # an entry: 40 bytes of stat data, the 20-byte object name, 2 bytes of flags, the path
+        (flags,) = struct.unpack(">H", data[pos + 60 : pos + 62])
+        start = pos + 62 + (2 if version >= 3 and flags & 0x4000 else 0)  # extended flags
+        if version == 4:  # the path: bytes dropped from the previous one (git's offset varint), then a suffix
+            byte, start = data[start], start + 1
+            drop = byte & 127
+            while byte & 128:
+                byte, start = data[start], start + 1
+                drop = ((drop + 1) << 7) | (byte & 127)
+            end = data.index(b"\0", start)
+            name, pos = name[: len(name) - drop] + data[start:end], end + 1
+        else:  # the whole path, padded with 1 to 8 NULs to a multiple of 8 bytes
+            end = data.index(b"\0", start)
+            name, pos = data[start:end], pos + (end - pos + 8) // 8 * 8
+        names.append(name.decode())
+    return sorted(set(names))  # a path in a merge conflict has an entry per stage
+
+
 def tracked_files() -> list[Path]:
     try:
-        out = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout
-        names = out.split()
-    except (OSError, subprocess.CalledProcessError):  # not a git checkout: every file but the virtual env's
+        names = index_names(REPO)
+    except (OSError, ValueError, struct.error, IndexError):  # not a git checkout: every file but the virtual env's
         names = [
             str(p.relative_to(REPO)) for p in REPO.rglob("*") if p.is_file() and not {".venv", ".git"} & set(p.parts)
         ]

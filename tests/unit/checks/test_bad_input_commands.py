@@ -400,27 +400,6 @@ def _own_task(tmp_path, reward: str, rows: list[dict] | None = None) -> list[str
 GOOD_REWARD = "def r(completion, reference):\n    return float(completion.strip() == reference)\n"
 
 
-@pytest.mark.parametrize(
-    ("case", "said"),
-    [
-        ("string", "no score for row 0 (id 'p0'), its reference answer judged as a completion: TypeError: returned "
-                   "'yes': a reward returns a number or a mapping of named numbers, each finite"),
-        ("syntax", "syntax error in TMP/my_reward.py, line 1"),
-        ("gone", "TMP/my_reward.py defines no function 'r' (functions there: ['renamed'])"),
-    ],
-)  # fmt: skip
-def test_run_tries_the_reward_before_prefect_starts(tmp_path, case, said):
-    words = _own_task(tmp_path, GOOD_REWARD)
-    bodies = {"string": "def r(completion, reference):\n    return 'yes'\n", "syntax": "def r(completion reference):\n",
-              "gone": "def renamed(completion, reference):\n    return 1.0\n"}  # fmt: skip
-    (tmp_path / "my_reward.py").write_text(bodies[case])  # as a reward edited after check-config passed
-    start = time.monotonic()
-    errors = _run_refused(tmp_path, *words)
-    assert len(errors) == 1 and errors[0].startswith("error: eval.reward") and said.replace("TMP", str(tmp_path)) in \
-        errors[0], errors  # fmt: skip
-    assert time.monotonic() - start < 10
-
-
 def test_run_reads_every_row_before_prefect_starts(tmp_path):
     rows = [{"id": f"p{i}", "prompt": f"{i}+1=", "answer": str(i + 1), "hint": i if i < 25 else f"h{i}"}
             for i in range(40)]  # fmt: skip
@@ -457,16 +436,6 @@ def test_a_run_on_a_built_in_task_with_a_built_in_reward_reads_and_tries_nothing
         start = time.perf_counter()
         assert run_input_problems(cfg) == ([], [])
         assert time.perf_counter() - start < 0.1, preset
-
-
-def test_a_run_whose_reward_and_rows_are_good_passes_the_preflight_with_its_warnings(tmp_path):
-    preset = tmp_path / "run.yaml"
-    preset.write_text("{}\n")
-    picky = "def r(completion, reference):\n    return 0.0 if reference == '4' else 1.0\n"  # row 3's answer
-    args = [a for w in _own_task(tmp_path, picky) for a in ("--set", w)]
-    result = CliRunner().invoke(app, ["run", str(preset), "--no-progress", *args])
-    assert isinstance(result.exception, AssertionError) and "the flow started" in str(result.exception)
-    assert "warning: eval.reward" in result.stderr and "row 3 (id 'p3'): 0" in result.stderr, result.stderr
 
 
 # ------------------------------------------------------------------------------------------ services and --resume
@@ -600,6 +569,7 @@ def test_a_sandbox_that_cannot_start_is_one_line_in_check_config(monkeypatch, ca
         expected = f"bubblewrap not found ('/no/such/bwrap-{case}' (eval.sandbox.bwrap_path): no such executable): "
     else:
         monkeypatch.setattr(bubblewrap.shutil, "which", lambda name: name)
+        monkeypatch.setattr(bubblewrap, "sandbox_layout", lambda python, packages=(): ())  # it would run python, ldd
         monkeypatch.setattr(bubblewrap, "_probe", _no_sandbox("bubblewrap cannot create a sandbox here (denied)"))
         expected = "bubblewrap cannot create a sandbox here (denied)"
     errors = _refused(["check-config", "-c", "configs/tiny-code.yaml", "--no-machine", *words])
@@ -641,25 +611,6 @@ def test_code_tests_written_in_prose_name_the_tests_field_not_the_answers(tmp_pa
         "SyntaxError, line 1: invalid syntax): give Python that raises when a solution is wrong (assert lines, or a "
         "check function and its call); no completion can pass those rows"
     ]
-
-
-def test_a_sandbox_timeout_too_short_for_the_references_names_the_limit_not_the_answers(tmp_path):
-    args = _code_rows(tmp_path, "assert double(2) == 4\n") + ["--set", "eval.sandbox.timeout_s=0.001"]
-    assert _refused(args) == [
-        "error: eval.reward code_tests: every one of the first 20 reference answers, run with its tests, ran past the "
-        "sandbox's limits (eval.sandbox.timeout_s=0.001 s, eval.sandbox.cpu_s=5): raise them (or give references "
-        "that end): every completion would be stopped and score 0"
-    ]
-
-
-def test_code_tests_references_that_fail_are_a_warning_saying_why(tmp_path):
-    answers = {3: "def double(x):\n    return x\n", 5: "def double(x) return 2"}
-    result = CliRunner().invoke(app, _code_rows(tmp_path, "assert double(2) == 4\n", lambda i: answers.get(i, DOUBLE)))
-    assert result.exit_code == 0, result.output
-    said = ("warning: eval.reward code_tests: 2 of the first 20 reference answers score below "
-            "eval.correct_threshold=1 when judged as completions: row 3 (id 'c3'): 0 (it failed: AssertionError); "
-            "row 5 (id 'c5'): 0 (its program is no Python (SyntaxError, line 1: expected ':'))")  # fmt: skip
-    assert said in result.stderr.splitlines(), result.stderr
 
 
 # ------------------------------------------------------------------------------------------ notes on task knobs

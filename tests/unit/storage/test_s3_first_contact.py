@@ -1,10 +1,9 @@
-"""An S3 endpoint where nothing listens fails at this process's first request to it, not after retry_timeout; once
-something listened there, a refused connection is a server restarting and is retried. No server: a plain socket."""
+"""An S3 endpoint where nothing listens fails at this process's first request to it, not after retry_timeout. No
+server: a port nothing listens on. Once something answered there, a refused connection is a server restarting and is
+retried: tests/integration/test_s3_first_contact.py (a server that answers, then goes away)."""
 
 from __future__ import annotations
 
-import http.server
-import threading
 import time
 
 import pytest
@@ -42,33 +41,6 @@ def test_a_host_name_that_does_not_resolve_is_refused_at_once():
     with pytest.raises(StorageError, match="its host name does not resolve") as err:
         _store("http://no-such-host.invalid:8333").exists("k")
     assert err.value.kind == "refused"
-
-
-class _Answers(http.server.BaseHTTPRequestHandler):
-    """Any request: 200 and no body (a bucket and every object exist)."""
-
-    def do_HEAD(self):  # noqa: N802 - http.server's name
-        self.send_response(200)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, *_):
-        pass
-
-
-def test_a_refused_connection_once_the_endpoint_answered_is_retried_as_a_restart():
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Answers)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}"
-    store = _store(url, retry_timeout=0.5, max_attempts=1)
-    assert store.exists("k") and url in s3_module._REACHED  # it answered in this process
-    server.shutdown()
-    server.server_close()  # the server goes away: restarting
-    start = time.monotonic()
-    with pytest.raises(StorageError, match=f"S3 endpoint {url} is unreachable \\(EndpointConnectionError\\)") as err:
-        store.exists("k")
-    assert err.value.kind == "unreachable" and err.value.transient
-    assert time.monotonic() - start >= 0.5  # retried for its whole budget
 
 
 def test_a_stubbed_client_is_never_probed(monkeypatch):

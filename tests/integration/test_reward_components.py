@@ -1,12 +1,23 @@
 """A reward's named components reach each GRPO step's metrics as means over the step's completions, on one rank
-and summed over ranks whose completions returned different components."""
+and summed over ranks whose completions returned different components, and each ESSA generation's metrics as means
+over every candidate's completions, whether the population is scored in shared batches or candidate by candidate.
 
+Processes: a reward file of yours is scored in reward processes of its own, and the ranks are two processes
+(gloo). The parts that start none (a share's cost carrying the sums) are in tests/unit/essa/test_reward_components.py.
+"""
+
+import dataclasses
 import multiprocessing
 
+import numpy as np
 import pytest
 import torch
 
 from devstack import free_port
+from essaflow.essa.metrics import GenerationMetrics
+from essaflow.essa.population import LocalPopulation
+from essaflow.essa.scoring_spec import scoring_spec
+from essaflow.essa.strategy import make_strategy
 from essaflow.grpo.advantages import group_advantages
 from essaflow.grpo.learner import build_policy
 from essaflow.grpo.metrics import StepMetrics, StepSums, component_names
@@ -14,8 +25,11 @@ from essaflow.grpo.rollout import collect, worker_slots
 from essaflow.grpo.worker_group import CommCounter, WorkerInfo
 from essaflow.judging.judge import judge_spec
 from essaflow.model.loading import load_tokenizer
+from tests.support import essa_tiny
 from tests.support.component_reward import write_component_reward
 from tests.support.grpo_tiny import make_tiny
+
+pytestmark = pytest.mark.integration
 
 
 @pytest.mark.parametrize("dynamic", [False, True])
@@ -57,3 +71,17 @@ def test_ranks_that_saw_different_components_agree_on_their_means():
         p.join(timeout=60)
     want = (["format", "style", "value"], {"format": 6 / 8, "style": 3 / 8, "value": 1 / 8})
     assert got[0] == got[1] == want
+
+
+@pytest.mark.parametrize("batched", [True, False])
+def test_generation_metrics_carry_each_component_mean(tmp_path, batched):
+    cfg, splits, adapter = essa_tiny.make_tiny(tmp_path, [f"eval.reward={write_component_reward(tmp_path)}"])
+    pop = LocalPopulation(dataclasses.replace(scoring_spec(cfg, splits, adapter), batched=batched))
+    x = np.random.default_rng(0).normal(0, 0.3, (6, pop.dimension))
+    fitness, stats = pop.evaluate(x, np.arange(24), seed=0)
+    strategy = make_strategy(cfg.essa, pop.dimension)
+    row = GenerationMetrics.of(1, fitness, stats, strategy, 0.0).as_row()
+    # every candidate judged the same number of completions: the component means are the fitness mean's parts
+    assert row["reward.bonus"] == pytest.approx(0.25)
+    assert row["reward.low"] == pytest.approx(fitness.mean() - 0.25, abs=1e-6)
+    assert 0 < row["reward.low"] < 1
