@@ -12,16 +12,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
-from essaflow.config import DataConfig, ModelConfig, SamplingConfig
 from essaflow.gate.champion import CHALLENGER, CHAMPION
 from essaflow.gate.evidence import GateEvidence
 from essaflow.secrets import scrub
 from essaflow.tracking.aliases import alias_version
-from essaflow.tracking.registration import register_version
-from essaflow.tracking.runs import TrackedRun
+from essaflow.tracking.registration import VersionRequest, register_version
 from essaflow.tracking.server import client
 
 log = logging.getLogger(__name__)
@@ -46,31 +42,15 @@ class Registration:
         return f"models:/{self.name}/{self.version}"
 
 
-def register_with_gate(
-    run: TrackedRun,
-    pipeline_run_id: str,
-    name: str,
-    adapter_dir: Path,
-    model_cfg: ModelConfig,
-    base_dir: str | None,
-    sampling: SamplingConfig,
-    tags: dict[str, Any],
-    metric: str,
-    score: float,
-    data: DataConfig | None = None,
-    evidence: GateEvidence | None = None,
-) -> Registration:
-    """Register the adapter once per pipeline run, then apply the gate's `evidence` (None: only a first version
-    becomes champion) and record it on the version (tags, gate/evidence.json in the run).
-
-    `data` is the run's data config: the registered model stores its prompt formatting."""
-    version = register_version(run, pipeline_run_id, name, adapter_dir, model_cfg, base_dir, sampling, tags, metric,
-                               score, data)  # fmt: skip
-    c = client(run.tracking_uri)
-    aliases, decision = promote(c, name, version, metric, score, evidence)
+def register_with_gate(request: VersionRequest, evidence: GateEvidence | None = None) -> Registration:
+    """Register the adapter once per pipeline run (`request`), then apply the gate's `evidence` (None: only a first
+    version becomes champion) and record it on the version (tags, gate/evidence.json in the run)."""
+    name, version = request.name, register_version(request)
+    c = client(request.run.tracking_uri)
+    aliases, decision = promote(c, name, version, request.metric, request.score, evidence)
     c.set_model_version_tag(name, version, PROMOTION_TAG, decision)
     if evidence is not None and decision != f"already {CHAMPION}":  # a retry after the alias moved keeps its evidence
-        record_evidence(c, name, version, run.run_id, evidence, decision)
+        record_evidence(c, name, version, request.run.run_id, evidence, decision)
     return Registration(name, version, aliases, decision)
 
 

@@ -45,11 +45,20 @@ def register_candidate(config: PipelineConfig, run: RunRef, candidate: Candidate
     metric = config.gate.metric
     with timer.part("tracking"):
         tracking.log_comparison(tracking.tracked(run), reports)
-        reg = promotion.register_with_gate(
-            tracking.tracked(run), run.run_id, run.name, adapter_dir, config.model, candidate.base.local_path,
-            config.sampling, registration_tags(config, run, candidate, decision), metric,
-            candidate.after.summary[metric], data=config.data, evidence=decision.evidence,
-        )  # fmt: skip
+        request = tracking.VersionRequest(
+            run=tracking.tracked(run),
+            pipeline_run_id=run.run_id,
+            name=run.name,
+            adapter_dir=adapter_dir,
+            model_cfg=config.model,
+            base_dir=candidate.base.local_path,
+            sampling=config.sampling,
+            tags=registration_tags(config, run, candidate, decision),
+            metric=metric,
+            score=candidate.after.summary[metric],
+            data=config.data,
+        )
+        reg = promotion.register_with_gate(request, evidence=decision.evidence)
     ref = RegisteredRef(name=reg.name, version=reg.version, aliases=reg.aliases, decision=reg.decision,
                         model_uri=reg.model_uri, gate=decision.evidence.to_dict(), stage="register",
                         timings=timer.timings())  # fmt: skip

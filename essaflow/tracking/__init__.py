@@ -14,6 +14,7 @@ from essaflow.tracking.registration import (  # noqa: F401
     EMBED_BASE_MAX_BYTES,
     PROMPT_FORMAT_SOURCE,
     PYFUNC_SOURCE,
+    VersionRequest,
     download_registered,
     downloaded_version,
     fetch_version,

@@ -17,6 +17,7 @@ import logging
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -104,26 +105,38 @@ def find_version(c, name: str, run_id: str):
     return min(found, key=lambda v: int(v.version)) if found else None
 
 
-def register_version(
-    run: TrackedRun,
-    pipeline_run_id: str,
-    name: str,
-    adapter_dir: Path,
-    model_cfg: ModelConfig,
-    base_dir: str | None,
-    sampling: SamplingConfig,
-    tags: dict[str, Any],
-    metric: str,
-    score: float,
-    data: DataConfig | None = None,
-) -> str:
-    """The version number of the adapter registered as `name` by this pipeline run: registered now (its pyfunc
-    model logged in `run`, tagged with `tags`, the run id and its `metric`'s `score`), or found when a retry
-    already registered it.
+@dataclass(frozen=True)
+class VersionRequest:
+    """A pipeline run's adapter to register as a version of `name`: the pyfunc model's inputs (see
+    log_adapter_model), the version's tags and the score it is registered with."""
 
-    `data` is the run's data config: the registered model stores its prompt formatting (see log_adapter_model)."""
+    run: TrackedRun
+    """The MLflow run the pyfunc model is logged in."""
+    pipeline_run_id: str
+    """Tagged on the version (RUN_TAG): what makes a retried registration find it instead of making another."""
+    name: str
+    """The registered model (the pipeline's name)."""
+    adapter_dir: Path
+    model_cfg: ModelConfig
+    base_dir: str | None
+    """The local base checkpoint, embedded when small enough (None: the model config names the base)."""
+    sampling: SamplingConfig
+    tags: dict[str, Any]
+    metric: str
+    """The eval metric the version is scored on (the gate's), tagged with its `score`."""
+    score: float
+    data: DataConfig | None = None
+    """The run's data config: the registered model stores its prompt formatting."""
+
+
+def register_version(request: VersionRequest) -> str:
+    """The version number of the adapter registered as `request.name` by its pipeline run: registered now (its
+    pyfunc model logged in `request.run`, tagged with `request.tags`, the run id and its metric's score), or found
+    when a retry already registered it."""
     from mlflow.exceptions import MlflowException
 
+    r = request
+    name, pipeline_run_id, run = r.name, r.pipeline_run_id, r.run
     c = client(run.tracking_uri)
     try:
         c.create_registered_model(name, description="essaflow: LoRA adapters fine-tuned on verifiable rewards")
@@ -132,8 +145,8 @@ def register_version(
             raise
     version = find_version(c, name, pipeline_run_id)
     if version is None:
-        source = log_adapter_model(run, adapter_dir, model_cfg, base_dir, sampling, data)
-        all_tags = {RUN_TAG: pipeline_run_id, "metric": metric, f"metric.{metric_key(metric)}": score, **tags}
+        source = log_adapter_model(run, r.adapter_dir, r.model_cfg, r.base_dir, r.sampling, r.data)
+        all_tags = {RUN_TAG: pipeline_run_id, "metric": r.metric, f"metric.{metric_key(r.metric)}": r.score, **r.tags}
         version = c.create_model_version(
             name,
             source=source,

@@ -52,8 +52,11 @@ def _run(url: str, name: str, storage: str, run_id: str) -> tuple[tracking.Track
 
 def _register(tracked, run_id, name, model, report: EvalReport, evidence, tags=None) -> Registration:
     cfg, adapter = model
-    return register_with_gate(tracked, run_id, name, adapter, cfg, cfg.name_or_path, SAMPLING,
-                              tags or {}, "pass@1", report.pass_at_k["1"], evidence=evidence)  # fmt: skip
+    request = tracking.VersionRequest(
+        run=tracked, pipeline_run_id=run_id, name=name, adapter_dir=adapter, model_cfg=cfg, base_dir=cfg.name_or_path,
+        sampling=SAMPLING, tags=tags or {}, metric="pass@1", score=report.pass_at_k["1"],
+    )  # fmt: skip
+    return register_with_gate(request, evidence=evidence)
 
 
 def test_the_champion_is_re_evaluated_on_a_changed_protocol_and_the_evidence_is_recorded(

@@ -66,16 +66,18 @@ def _register(mlrun, micro_adapter, score: float, pipeline_run_id: str | None = 
     name, run_id, tracked = mlrun
     cfg, base, adapter = micro_adapter
     return register_with_gate(
-        tracked,
-        pipeline_run_id or run_id,
-        name,
-        adapter,
-        cfg,
-        str(base),
-        SamplingConfig(max_new_tokens=4),
-        {"method": "none"},
-        "pass@1",
-        score,
+        tracking.VersionRequest(
+            run=tracked,
+            pipeline_run_id=pipeline_run_id or run_id,
+            name=name,
+            adapter_dir=adapter,
+            model_cfg=cfg,
+            base_dir=str(base),
+            sampling=SamplingConfig(max_new_tokens=4),
+            tags={"method": "none"},
+            metric="pass@1",
+            score=score,
+        )
     )
 
 
