@@ -24,6 +24,7 @@ import numpy as np
 
 from essaflow.essa.metrics import GenerationStats, payload_bytes
 from essaflow.essa.ray_pool import ScorerPool
+from essaflow.essa.scorer import NotLoaded
 
 # The Ray population's one logger, as before it was split into modules: one name to follow or filter.
 log = logging.getLogger("essaflow.essa.distributed")
@@ -99,8 +100,9 @@ def _collect(pool: ScorerPool, transport: Transport, ref: Any, call: tuple, stat
     w, item, ticket = call
     try:
         reply = ray.get(ref)
-    except RayActorError:
-        # The worker died with this work: give it to someone else (front of the queue).
+    except (RayActorError, NotLoaded):
+        # The worker died with this work (or had died and been restarted by Ray unseen, so it holds no model): give
+        # the work to someone else (front of the queue).
         stats.redispatched += len(item)
         if w in pool.live:
             pool.lost(w)

@@ -4,9 +4,11 @@ docs/algorithms.md sec. 2.8, 6.11).
 Both transports (`population_vectors.py`, `population_seed.py`) score on this pool; what they send is theirs, and
 how a generation's work is handed out over the live workers is `handout.py`'s.
 
-Dead workers: Ray restarts a dead actor (`max_restarts`), which rejoins the pool once its `ready` call answers; a
-restart gets as long to load its model as the first start (`start_timeout_s`: minutes for a 7B model), and one
-slower than that is given up while the others go on. A run may end before a restarting worker is back: `close` logs
+Actors are built without arguments and load the spec with their first `ready` call, which carries it by reference
+(`scorer.py` says why). Dead workers: Ray restarts a dead actor (`max_restarts`), empty, which rejoins the pool once
+its `ready` call, carrying the spec again, has loaded the model (a worker restarted unseen answers its next work
+with `scorer.NotLoaded`, handled as a death); a process Ray is still restarting after `start_timeout_s` (minutes for
+a 7B model) is given up while the others go on. A run may end before a restarting worker is back: `close` logs
 which were still restarting. Calls are never retried by Ray itself (`max_task_retries=0`): the work a dead worker
 held is re-dispatched by the hand-out, so that each candidate is scored once.
 """
@@ -92,17 +94,18 @@ class ScorerPool:
         """The workers that take work: not dead, or back from a restart."""
 
     def _start_actors(self, spec, workers: int, worker_class: type, cpus: float, gpus: float, max_restarts: int):
-        """One `worker_class` actor per bundle of the placement group, each handed the spec by reference."""
+        """One `worker_class` actor per bundle of the placement group, built without arguments: each loads the spec
+        with its first `ready` call."""
         import ray
 
         actor_cls = ray.remote(worker_class)
-        # One copy in the object store, however many workers read it. Held for the pool's lifetime: Ray re-runs the
-        # constructor with it when it restarts a worker, and a released argument makes that restart fail.
+        # One copy in the object store, however many workers read it, held for the pool's lifetime: every `ready`
+        # call carries it, so a worker Ray restarts loads it again.
         self._spec_ref = ray.put(spec)
         self.actors = [
             actor_cls.options(
                 **cluster.worker_options(self._pg, i, cpus, gpus), max_restarts=max_restarts, max_task_retries=0
-            ).remote(self._spec_ref)
+            ).remote()
             for i in range(workers)
         ]
 
@@ -113,7 +116,7 @@ class ScorerPool:
         from ray.util.placement_group import remove_placement_group
 
         try:
-            hello = ray.get([a.ready.remote() for a in self.actors], timeout=self.start_timeout_s)
+            hello = ray.get([a.ready.remote(self._spec_ref) for a in self.actors], timeout=self.start_timeout_s)
         except ray.exceptions.GetTimeoutError:
             self.close()
             raise RuntimeError(
@@ -138,7 +141,7 @@ class ScorerPool:
         """Worker w was seen dead: out of the pool until its `ready` call answers after Ray restarted it."""
         self.live.discard(w)
         self._lost_at[w] = time.monotonic()
-        self._rejoining[self.actors[w].ready.remote()] = w
+        self._rejoining[self.actors[w].ready.remote(self._spec_ref)] = w
 
     def pings(self) -> list[Any]:
         """The `ready` calls of the workers Ray is restarting, to wait on beside the scoring calls."""
@@ -159,7 +162,7 @@ class ScorerPool:
         except ActorUnavailableError:  # still restarting: ask again, briefly spaced
             if time.monotonic() - self._lost_at[w] < self.start_timeout_s:
                 time.sleep(0.1)
-                self._rejoining[self.actors[w].ready.remote()] = w
+                self._rejoining[self.actors[w].ready.remote(self._spec_ref)] = w
             else:
                 log.error("ESSA worker %d not back after %.0f s; going on without it", w, self.start_timeout_s)
         except RayActorError:

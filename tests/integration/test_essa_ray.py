@@ -21,7 +21,7 @@ from essaflow.essa.distributed import ray_population
 from essaflow.essa.loop import train_essa
 from essaflow.essa.population import LocalPopulation
 from essaflow.essa.ray_pool import ScorerPool
-from essaflow.essa.scorer import CandidateScorer
+from essaflow.essa.scorer import CandidateScorer, NotLoaded
 from essaflow.essa.scoring_spec import scoring_spec
 from tests.support import essa_tiny
 from tests.support.essa_tiny import make_tiny
@@ -108,10 +108,10 @@ def test_worker_killed_mid_generation_loses_and_double_counts_nothing(tiny, tmp_
 class SlowRestart(CrashOnce):
     """CrashOnce whose restarted process takes a minute to come up (a big model loading after a node loss)."""
 
-    def __init__(self, spec):
+    def load(self, spec):
         if os.path.exists(self.marker):
             time.sleep(60)
-        super().__init__(spec)
+        super().load(spec)
 
 
 def test_a_search_that_ends_before_a_restarted_worker_is_back_says_so(tiny, tmp_path, caplog):
@@ -129,6 +129,40 @@ def test_a_search_that_ends_before_a_restarted_worker_is_back_says_so(tiny, tmp_
         pool.close()
     assert time.monotonic() - t0 < 10, "close does not wait for the restart (a minute)"
     assert re.search(r"ESSA worker\(s\) \[[01]\] still restarting when the pool closed", caplog.text)
+
+
+def test_a_worker_restarted_unseen_between_generations_answers_not_loaded_and_rejoins(tiny, caplog):
+    """Actors are built empty and load with `ready(spec)` (no constructor argument in the object store, which Ray
+    warns about for a restartable actor): one Ray restarts while the pool is idle answers its next work with
+    NotLoaded, which the pool handles as a dead worker (re-dispatched, pinged with the spec, back)."""
+    cfg, splits, adapter = tiny
+    spec = scoring_spec(cfg, splits, adapter)
+    candidates = np.random.default_rng(2).normal(0, 0.3, (12, LocalPopulation(spec).dimension))
+    prompt_idx = np.arange(cfg.essa.minibatch)
+    expected, _ = LocalPopulation(spec).evaluate(candidates, prompt_idx, seed=5)
+    caplog.set_level(logging.INFO, logger="essaflow.essa.distributed")
+    pool = ray_population(spec, workers=2, sync="vectors")
+    try:
+        ray.kill(pool.pool.actors[0], no_restart=False)  # Ray restarts it; the pool has no call in flight to notice
+        deadline = time.monotonic() + 120
+        while True:  # until the restarted actor answers, empty (the kill lands a little later; Ray restarts it)
+            assert time.monotonic() < deadline, "Ray never restarted the killed worker empty"
+            try:
+                ray.get(pool.pool.actors[0].ready.remote())  # the old process, loaded, until the kill lands
+            except NotLoaded:
+                break
+            except ray.exceptions.RayActorError:
+                pass
+            time.sleep(0.2)
+        fitness, stats = pool.evaluate(candidates, prompt_idx, seed=5)
+        assert stats.worker_failures == 1 and np.array_equal(fitness, expected) and sum(stats.per_worker) == 12
+        deadline = time.monotonic() + 120
+        while " is back, on node " not in caplog.text:
+            assert time.monotonic() < deadline, "the restarted worker never rejoined"
+            again, _ = pool.evaluate(candidates, prompt_idx, seed=5)
+            assert np.array_equal(again, expected)
+    finally:
+        pool.close()
 
 
 def test_workers_the_cluster_cannot_hold_fail_before_any_model_loads(tiny):

@@ -120,8 +120,8 @@ class PerturbOnce(CandidateScorer):
 
     marker = ""
 
-    def __init__(self, spec):
-        super().__init__(spec)
+    def load(self, spec):
+        super().load(spec)
         self.replica = PerturbedReplica(spec.search, self.svd.dimension, len(spec.prompts))
         self.replica.marker = self.marker
 
