@@ -192,8 +192,10 @@ def main() -> None:
     if "population" in parts:
         sizes = [int(s) for s in args.batch_sizes.split(",")]
         row |= population_rates(cfg, splits, adapter, args.population, args.minibatch, sizes, args.repeats)
+        print(json.dumps(row), flush=True)  # each part's figures as soon as they exist: a later part may fail
     if "engines" in parts:
         row |= essa_rates(cfg, splits, adapter, args.population, args.minibatch)
+        print(json.dumps(row), flush=True)
     if "rollouts" in parts:
         row |= rollout_rates(cfg, splits, adapter, args.groups)
     row["load_average_1m"] = round(os.getloadavg()[0], 2)
