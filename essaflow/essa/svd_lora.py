@@ -27,7 +27,7 @@ from peft import PeftModel
 from peft.tuners.lora import LoraLayer
 from transformers import PreTrainedTokenizerBase
 
-from essaflow.model.loading import stable_adapter_config
+from essaflow.model.loading import embedding_layers_to_save, stable_adapter_config
 from essaflow.storage.atomic_dir import atomic_dir
 
 
@@ -195,7 +195,8 @@ class SVDLoRA:
         self.apply(offsets)
         try:
             with atomic_dir(out) as tmp:
-                self.model.save_pretrained(tmp, safe_serialization=True)
+                embeddings = embedding_layers_to_save(self.model)
+                self.model.save_pretrained(tmp, safe_serialization=True, save_embedding_layers=embeddings)
                 stable_adapter_config(tmp)  # same bytes from any process (a resumed run's is another one)
                 if tokenizer is not None:
                     tokenizer.save_pretrained(tmp)

@@ -39,7 +39,7 @@ import torch
 
 from essaflow.config import PipelineConfig, changed_trajectory, section_trajectory
 from essaflow.grpo.learner import Learner
-from essaflow.model.loading import save_adapter_atomic
+from essaflow.model.loading import embedding_layers_to_save, save_adapter_atomic
 from essaflow.storage.atomic_dir import atomic_dir, commit_dir, remove_dir
 from essaflow.storage.checkpoint_dirs import committed_checkpoints
 
@@ -80,8 +80,11 @@ def save_training_state(
     state: dict[str, Any],
 ) -> None:
     """Weights, optimizer, scheduler and trainer state into the staging directory (rank 0)."""
-    target = stage / ("adapter" if parameters == "lora" else "model")
-    model.save_pretrained(target, safe_serialization=True)
+    if parameters == "lora":  # a peft adapter (embedding_layers_to_save: without peft's look for the base's config)
+        embeddings = embedding_layers_to_save(model)
+        model.save_pretrained(stage / "adapter", safe_serialization=True, save_embedding_layers=embeddings)
+    else:
+        model.save_pretrained(stage / "model", safe_serialization=True)
     torch.save(optimizer.state_dict(), stage / "optimizer.pt")
     save_scheduler_and_state(stage, scheduler, state)
 

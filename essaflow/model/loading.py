@@ -148,8 +148,9 @@ def stable_adapter_config(out_dir: str | Path) -> None:
     path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
 
 
-def _save_embedding_layers(model: PeftModel) -> bool | str:
-    """peft's `save_embedding_layers`: "auto" (peft decides) when the LoRA targets an embedding layer, else False,
+def embedding_layers_to_save(model: PeftModel) -> bool | str:
+    """peft's `save_embedding_layers` for every adapter essaflow saves (here, ESSA's export, F-GRPO's checkpoints):
+    "auto" (peft decides) when the LoRA targets an embedding layer, else False,
     which is what "auto" decides for a vocabulary never resized (essaflow resizes none) without looking for the
     base's config.json at its recorded path: peft warns when that path is gone (an SFT adapter cached by another
     checkout names that checkout's base)."""
@@ -171,7 +172,7 @@ def save_adapter(
 
     `state_dict`: the adapter's tensors by the model's parameter names, when the model holds only shards of them."""
     out = Path(out_dir)
-    embeddings = _save_embedding_layers(model)
+    embeddings = embedding_layers_to_save(model)
     model.save_pretrained(out, safe_serialization=True, state_dict=state_dict, save_embedding_layers=embeddings)
     stable_adapter_config(out)
     if tokenizer is not None:

@@ -1,5 +1,7 @@
 """SVD-LoRA: the dimension formula, the floor(alpha*r)=0 guard, apply(0) exactness, the rebuild math, export."""
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -103,6 +105,18 @@ def test_export_loads_with_plain_peft(tiny, tmp_path):
     plain = PeftModel.from_pretrained(base, str(out)).eval()  # peft only, no essaflow
     torch.testing.assert_close(_logits(plain, tok), tuned)
     assert (out / "adapter_model.safetensors").exists() and (out / "tokenizer.json").exists()
+
+
+def test_export_says_nothing_when_the_base_its_adapter_names_is_gone(tiny, tmp_path):
+    """An SFT adapter cached by another checkout names that checkout's base; peft looked for its config.json there
+    and warned on every export (issue 43, item 8: model.loading.embedding_layers_to_save)."""
+    cfg, _, adapter = tiny
+    model, tok = load_model_with_adapter(cfg.model, adapter)
+    svd = SVDLoRA(model, 1.0)
+    model.peft_config[svd.adapter_name].base_model_name_or_path = str(tmp_path / "moved-away")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        svd.export_adapter(np.zeros(svd.dimension), tmp_path / "adapter", tok)
 
 
 def _anchor_values(svd: SVDLoRA) -> np.ndarray:
