@@ -144,23 +144,27 @@ def test_a_worker_restarted_unseen_between_generations_answers_not_loaded_and_re
     pool = ray_population(spec, workers=2, sync="vectors")
     try:
         ray.kill(pool.pool.actors[0], no_restart=False)  # Ray restarts it; the pool has no call in flight to notice
-        deadline = time.monotonic() + 120
-        while True:  # until the restarted actor answers, empty (the kill lands a little later; Ray restarts it)
-            assert time.monotonic() < deadline, "Ray never restarted the killed worker empty"
+
+        def restarted_empty() -> bool:  # the kill lands a little later; Ray restarts the actor, empty
             try:
                 ray.get(pool.pool.actors[0].ready.remote())  # the old process, loaded, until the kill lands
             except NotLoaded:
-                break
-            except ray.exceptions.RayActorError:
-                pass
-            time.sleep(0.2)
+                return True
+            return False
+
+        wait_until(restarted_empty, 120, "Ray to restart the killed worker, empty", every=0.2,
+                   retry_on=ray.exceptions.RayActorError)  # fmt: skip
         fitness, stats = pool.evaluate(candidates, prompt_idx, seed=5)
         assert stats.worker_failures == 1 and np.array_equal(fitness, expected) and sum(stats.per_worker) == 12
-        deadline = time.monotonic() + 120
-        while " is back, on node " not in caplog.text:
-            assert time.monotonic() < deadline, "the restarted worker never rejoined"
+
+        def rejoined() -> bool:
+            if " is back, on node " in caplog.text:
+                return True
             again, _ = pool.evaluate(candidates, prompt_idx, seed=5)
             assert np.array_equal(again, expected)
+            return False
+
+        wait_until(rejoined, 120, "the restarted worker to rejoin", every=0)
     finally:
         pool.close()
 
