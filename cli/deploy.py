@@ -47,7 +47,9 @@ def deploy(
     start = time.perf_counter()
     pools = subprocess.run([*prefect, "work-pool", "inspect", pool], env=env, capture_output=True, text=True)
     if pools.returncode != 0:
-        subprocess.run([*prefect, "work-pool", "create", pool, "--type", "process"], env=env, check=True)
+        created = subprocess.run([*prefect, "work-pool", "create", pool, "--type", "process"], env=env)
+        if created.returncode != 0:  # a slow server can fail the inspect of a pool that exists: ask once more
+            subprocess.run([*prefect, "work-pool", "inspect", pool], env=env, capture_output=True, check=True)
     done = subprocess.run([*prefect, "--no-prompt", "deploy", "--all"], cwd=PROJECT_DIR, env=env)
     if done.returncode != 0:
         raise typer.Exit(done.returncode)
