@@ -110,6 +110,19 @@ def write_lora_adapter(model: Any, out_dir: Path, rank: int | None = None) -> Pa
     return out_dir
 
 
+def whole_prefills(model_dir: str, max_model_len: int | None) -> dict[str, Any]:
+    """Engine arguments that keep every prompt's prefill in one step (no chunked prefill), for the CPU build.
+
+    When vLLM chunks a seeded request's prompt over steps it rewinds that request's generator with `set_offset`,
+    which a CPU `torch.Generator` does not have ("CPU Generator does not use offset"): seeded sampling (GRPO rollouts,
+    evaluation samples) of prompts that fill more than one step's token budget fails. Without chunking, a step's
+    budget must hold the longest sequence, so it is raised to the model length (vLLM does the same for MLA models
+    on CPU)."""
+    if max_model_len is None:
+        max_model_len = json.loads((Path(model_dir) / "config.json").read_text())["max_position_embeddings"]
+    return {"enable_chunked_prefill": False, "max_num_batched_tokens": max(max_model_len, 4096)}  # 4,096: its default
+
+
 @dataclass
 class Completion:
     """One engine completion: its token ids (the stop id kept when it stopped), whether it hit the cap, and the
@@ -158,6 +171,8 @@ class VLLMEngine:
             kwargs["quantization"] = cfg.quantization
         if cfg.max_model_len is not None:
             kwargs["max_model_len"] = cfg.max_model_len
+        if not torch.cuda.is_available():
+            kwargs |= whole_prefills(model_dir, cfg.max_model_len)
         if lora:  # LoRA wraps the linear layers; a full-parameter engine loads weights into plain ones
             kwargs.update(max_loras=cfg.max_loras, max_lora_rank=served_lora_rank(max(lora_rank, cfg.max_lora_rank)))
         self.llm = LLM(

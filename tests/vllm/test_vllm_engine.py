@@ -157,3 +157,19 @@ def test_both_engines_see_the_same_prompts_stops_and_truncation(sft):
         a, b = (g.sample(prompts, n=1, temperature=0.0, max_new_tokens=cap) for g in (hf, engine))
         assert a.texts == b.texts and a.truncated == b.truncated, (cap, a, b)
     assert 0 < a.truncated_share() < 1 or 0 < hf.sample(prompts, 1, 0.0, 1.0, 2).truncated_share() < 1
+
+
+def test_seeded_sampling_of_more_prompt_tokens_than_one_step_holds(sft):
+    """Seeded rollouts whose prompts fill more than one engine step: the CPU build rewinds a chunked request's seeded
+    generator, which a CPU torch.Generator cannot ("CPU Generator does not use offset"), so the engine keeps every
+    prefill whole. 6,400 prompt tokens (the CPU default step holds 4,096) are drawn, and drawn again identically."""
+    cfg, splits, adapter = sft
+    model, tok = load_model_with_adapter(cfg.model, adapter)
+    engine = VLLMGenerator(resolve_model_path(cfg.model.name_or_path), cfg.model.dtype, cfg.sampling.vllm,
+                           PromptFormat(), str(adapter), cfg.model.lora_rank, tok).engine  # fmt: skip
+    # 50 tokens a prompt (the model holds 64): the engine's KV blocks admit ~100 requests, 5,000 tokens, at once
+    ids = [tok(p.prompt * 10)["input_ids"][:50] for p in splits.train[:128]]
+    draw = lambda: engine.generate(ids, 1.0, 1.0, 4, [tok.eos_token_id], seeds=list(range(len(ids))))  # noqa: E731
+    first, second = draw(), draw()
+    assert [c.token_ids for c in first] == [c.token_ids for c in second]
+    assert len({tuple(c.token_ids) for c in first}) > 1
