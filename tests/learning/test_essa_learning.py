@@ -11,7 +11,7 @@ Measured on 2 cores of an AMD EPYC (problems of 256, for essa.seed 0 / 1 / 2, st
 from the task reward alone, 30 generations x 32 candidates x 64 prompts, es_lr 0.8 (the preset: 100 x 32 x 128 at
 0.3): +3 / +5 / +5 (mean +1.7 points), about 30 s a seed on one thread. The same runs' held-out gain every 10
 generations, in problems: +0 / +2 / +3 at 10, +4 / +2 / +4 at 20, the figures above at 30, +6 / +5 / +1 at 40, +7 / +8
-/ +2 at 50 and +8 / +7 / +5 at 60 (mean +2.6 points: the earlier budget, twice the search for more margin; 60
+/ +2 at 50 and +8 / +7 / +5 at 60 (mean +2.6 points: twice the search buys more margin; 60
 generations gave the same figures with two threads).
 """
 
