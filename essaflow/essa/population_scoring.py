@@ -20,12 +20,13 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 import torch
-from transformers import LogitsProcessorList
 
 from essaflow.essa.fitness import GRAY_BOX, MinibatchFitness, mean_reward
 from essaflow.essa.row_spectra import RowSpectra
 from essaflow.essa.scoring_spec import ScoringSpec
-from essaflow.generation.sampling import encode_prompts, to_rollout
+from essaflow.generation.group_decode import decode_shared_prefix
+from essaflow.generation.keyed_sampling import hash_keys
+from essaflow.generation.sampling import encode_prompts, keyed_pick, to_rollout
 from essaflow.usage import Usage
 
 Select = Callable[[torch.Tensor], None]
@@ -69,8 +70,7 @@ class PopulationScoring:
         enc = encode_prompts(gen.tokenizer, [spec.prompts[i] for i in rows], gen.fmt)  # one candidate's rows
         outs, places = [], []
         for cand, place in self.batches(count, len(rows)):
-            select(cand)
-            outs.append(self.decode(enc["input_ids"][place], enc["attention_mask"][place], place, seed))
+            outs.append(self.decode(enc["input_ids"][place], enc["attention_mask"][place], cand, place, seed, select))
             places.append(place)
         width = max(o.shape[1] for o in outs)
         pad = gen.tokenizer.pad_token_id
@@ -85,22 +85,21 @@ class PopulationScoring:
         reward = self.fitness.reward
         return [mean_reward(reward, r.texts[c * n : (c + 1) * n], problems, usage) for c in range(count)]
 
-    def decode(self, ids: torch.Tensor, mask: torch.Tensor, place: torch.Tensor, seed: int) -> torch.Tensor:
-        """One batch's completion ids: greedy as `TransformersGenerator.rollout` decodes, or keyed sampling."""
+    def decode(
+        self, ids: torch.Tensor, mask: torch.Tensor, cand: torch.Tensor, place: torch.Tensor, seed: int, select: Select
+    ) -> torch.Tensor:
+        """One batch's completion ids, greedy or keyed sampling, each row under its candidate's spectra. The
+        prompts' common prefix (a chat template's system turn) is computed once per candidate of the batch, not once
+        per row (`decode_shared_prefix`): the same tokens as per-row decoding up to float rounding."""
         gen, spec = self.generator, self.spec
         device = next(gen.model.parameters()).device
-        processors = None
-        if spec.temperature > 0:  # batch-invariant draws, keyed per row (module docstring)
-            from essaflow.grpo.rollout import GumbelSampler, hash_keys
-
-            keys = hash_keys(seed, place)
-            processors = LogitsProcessorList([GumbelSampler(keys, ids.shape[1], spec.temperature, spec.top_p)])
-        out = gen.model.generate(
-            input_ids=ids.to(device), attention_mask=mask.to(device), do_sample=False, temperature=None,
-            top_p=None, top_k=None, max_new_tokens=spec.max_new_tokens, pad_token_id=gen.tokenizer.pad_token_id,
-            eos_token_id=gen.stop, logits_processor=processors, synced_gpus=False,
+        width = int(mask.sum(dim=1).max())  # columns left of it are padding in every row of the batch
+        pick = keyed_pick(hash_keys(seed, place), spec.temperature, spec.top_p)  # argmax at temperature 0
+        out = decode_shared_prefix(
+            gen.model, ids[:, -width:].to(device), mask[:, -width:].to(device), cand.to(device), select, pick,
+            spec.max_new_tokens, gen.stop, gen.tokenizer.pad_token_id,
         )  # fmt: skip
-        return out[:, ids.shape[1] :].cpu()
+        return out.cpu()
 
     def gray_box(self, count: int, prompt_idx: np.ndarray, select: Select, usage: Usage) -> list[float]:
         """Each candidate's mean teacher-forced score (`MinibatchFitness.answer_probability`, one pass for many)."""

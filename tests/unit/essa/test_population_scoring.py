@@ -18,7 +18,9 @@ from essaflow.data.prepare import prepare_splits
 from essaflow.essa.row_spectra import RowSpectra
 from essaflow.essa.scorer import CandidateScorer
 from essaflow.essa.scoring_spec import scoring_spec
-from essaflow.generation.sampling import encode_prompts
+from essaflow.generation.group_decode import common_prefix_length, decode_groups, decode_shared_prefix
+from essaflow.generation.keyed_sampling import hash_keys
+from essaflow.generation.sampling import encode_prompts, keyed_pick
 from essaflow.model.loading import attach_lora, load_base_model, load_tokenizer, save_adapter
 
 IDX = np.arange(24)
@@ -95,3 +97,40 @@ def test_batches_and_places_do_not_change_a_candidates_fitness(spec, temperature
 def test_batched_scoring_is_the_default_and_can_be_turned_off(spec):
     assert load_config(None, []).essa.batched_scoring and spec.batched
     assert not load_config(None, ["essa.batched_scoring=false"]).essa.batched_scoring
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_a_shared_prefix_computed_once_per_candidate_decodes_as_whole_prompts(spec, temperature):
+    """Prompts behind a common prefix (as a chat template's system turn is): the prefix runs once per candidate of
+    the batch and its cache is copied to that candidate's rows; every row decodes as its candidate's whole prompt
+    does alone, greedy and keyed-sampled. The tiny model's prompts share their BOS and first digit here (prompts of
+    several lengths, so the masked gap between prefix and tail is exercised)."""
+    scorer = CandidateScorer(dataclasses.replace(spec, batched=False, merged=False))
+    gen, svd = scorer.generator, scorer.svd
+    xs = candidates(svd.dimension, 3)
+    prompts = [p for p in spec.prompts if p.startswith("3")][:24]
+    n = len(prompts)
+    enc = encode_prompts(gen.tokenizer, prompts, gen.fmt)
+    ids, mask = enc["input_ids"].repeat(len(xs), 1), enc["attention_mask"].repeat(len(xs), 1)
+    owner, stop, pad = torch.arange(len(ids)) // n, gen.stop, gen.tokenizer.pad_token_id
+    assert common_prefix_length(ids, mask) >= 1 and len(set(mask.sum(dim=1).tolist())) > 1
+    keys = hash_keys(5, torch.arange(n))
+    with torch.no_grad(), RowSpectra(svd).population(list(xs)) as select:
+        pick = keyed_pick(keys.repeat(len(xs)), temperature, 1.0)
+        together = decode_shared_prefix(gen.model, ids, mask, owner, select, pick, 6, stop, pad)
+    for c, x in enumerate(xs):
+        svd.apply(x)
+        alone = decode_groups(gen.model, enc["input_ids"], enc["attention_mask"], torch.arange(n),
+                              keyed_pick(keys, temperature, 1.0), 6, stop, pad)  # fmt: skip
+        rows = together[c * n : (c + 1) * n, : alone.shape[1]]
+        assert torch.equal(rows, alone), f"candidate {c}"
+    assert len({tuple(r) for r in together.tolist()}) > n, "the candidates decode differently"
+
+
+def test_common_prefix_length_leaves_every_row_a_token_of_its_own():
+    pad = 0
+    ids = torch.tensor([[7, 8, 9, 1, 2], [pad, 7, 8, 9, 3], [pad, pad, 7, 8, 9]])
+    mask = (ids != pad).long()
+    assert common_prefix_length(ids, mask) == 2  # 7 8 shared; the shortest row keeps its 9
+    assert common_prefix_length(ids[:2], mask[:2]) == 3
+    assert common_prefix_length(torch.tensor([[1, 2], [3, 2]]), torch.ones(2, 2, dtype=torch.long)) == 0

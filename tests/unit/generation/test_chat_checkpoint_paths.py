@@ -129,9 +129,13 @@ def test_sft_eval_essa_and_grpo_feed_identical_prompt_ids(cfg, tmp_path):
     adapter = save_adapter(model, tmp_path / "adapter", tok)
     spec = scoring_spec(cfg, splits, adapter, ship_adapter=False)
     scorer = CandidateScorer(spec)
-    scorer.generator.model.generate = rec = Recorder(im_end)
+    fed = []  # batched scoring: the prompts' shared prefix once per candidate, then each row's tail on top of it
+    hook = scorer.generator.model.register_forward_pre_hook(lambda _m, _a, kw: fed.append(kw), with_kwargs=True)
     scorer.score(0, np.zeros(scorer.svd.dimension, dtype=np.float32), np.array([0, 1, 2]), seed=0)
-    assert rec.rows == [expected[p.id] for p in splits.train[:3]]
+    hook.remove()
+    prefix = fed[0]["input_ids"][0].tolist()
+    tails = zip(fed[1]["input_ids"], fed[1]["attention_mask"][:, len(prefix) :])
+    assert [prefix + ids[m.bool()].tolist() for ids, m in tails] == [expected[p.id] for p in splits.train[:3]]
     scorer.fitness.answer_probability(np.array([0, 1]))
     for i, p in enumerate(splits.train[:2]):
         head, tail = scorer.fitness.answer_tokens()[i]
