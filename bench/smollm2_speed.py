@@ -9,8 +9,9 @@ prints their ratios in one table:
 - GRPO step, TRL's GRPOTrainer over ours (bench/grpo_vs_trl.py on configs/smollm2-fgrpo.yaml: same G, prompts,
   max tokens and LoRA; gamma 0 on ours, TRL has no focal weight); median step time over steps 2..N;
 - ESSA population scoring over plain batch inference of the same greedy sequences (bench/engine_throughput.py
-  on configs/smollm2-essa.yaml with the paper's black-box fitness, `essa.fitness=accuracy`: the gray-box fitness
-  the preset uses decodes nothing, so it has no generation to compare with);
+  on configs/smollm2-essa.yaml with the paper's black-box fitness, greedy accuracy: `essa.fitness=accuracy` and
+  `essa.fitness_temperature=0`; the gray-box fitness the preset uses decodes nothing, so it has no generation to
+  compare with);
 - pass@k evaluation over raw `generate` of the same sequences (bench/eval_throughput.py on configs/smollm2.yaml,
   the base model);
 - vLLM (CPU build) against transformers: ESSA candidates/s and GRPO rollout tokens/s (engine_throughput.py's
@@ -57,11 +58,12 @@ def main() -> None:
     started, load_before = time.time(), os.getloadavg()
     trl = run_bench("grpo_vs_trl.py", ["-c", "configs/smollm2-fgrpo.yaml", "--steps", str(args.steps),
                                        "--print-every", "1", "--held-out", "0"])  # fmt: skip
+    # a KV cache of 0.5 GiB for vLLM: 0.05 GiB cannot hold one 8,192-token sequence of this model
     engines = run_bench("engine_throughput.py", [
-        "-c", "configs/smollm2-essa.yaml", "--set", "essa.fitness=accuracy",
+        "-c", "configs/smollm2-essa.yaml", "--set", "essa.fitness=accuracy", "--set", "essa.fitness_temperature=0",
         "--population", str(args.population), "--minibatch", str(args.minibatch), "--groups", str(args.groups),
         "--batch-sizes", "64,256", "--repeats", str(args.repeats),
-        "--kv-cache-gib", "0.5"])  # fmt: skip  (0.05 GiB cannot hold one 8,192-token sequence of this model)
+        "--kv-cache-gib", "0.5"])  # fmt: skip
     evaluation = run_bench("eval_throughput.py", [
         "-c", "configs/smollm2.yaml", "--problems", str(args.problems), "--samples", str(args.samples),
         "--repeats", str(args.repeats)])  # fmt: skip
