@@ -135,7 +135,9 @@ def decode_shared_prefix(
     cache = model(input_ids=prefix, use_cache=True, logits_to_keep=1).past_key_values
     cache.batch_select_indices(row_set)
     tail = ids[:, shared:]  # every row's tail is right-aligned in it; what lies left of a tail is masked
-    tail_mask = (torch.arange(tail.shape[1]) >= tail.shape[1] - (mask.sum(dim=1, keepdim=True) - shared)).long()
+    tail_mask = (
+        torch.arange(tail.shape[1], device=ids.device) >= tail.shape[1] - (mask.sum(dim=1, keepdim=True) - shared)
+    ).long()
     full_mask = torch.cat([mask.new_ones(len(ids), shared), tail_mask], dim=1)
     positions = (full_mask.cumsum(dim=1) - 1)[:, shared:]
     select(owner)

@@ -2,7 +2,7 @@
 
 import torch
 
-from essaflow.generation.keyed_sampling import GumbelSampler, hash_keys, mix32
+from essaflow.generation.keyed_sampling import GumbelSampler, gumbel_noise, hash_keys, mix32
 from essaflow.grpo.rollout import overlong_penalty, replacement_index, step_prompt_indices, worker_slots
 
 
@@ -40,6 +40,19 @@ def test_hash_is_a_uint32_and_spreads_consecutive_inputs():
     assert int(h.min()) >= 0 and int(h.max()) < 2**32
     assert len(set(h.tolist())) == 1 << 16
     assert abs(float((h & 1).float().mean()) - 0.5) < 0.01
+
+
+def test_blocked_int32_noise_is_bit_for_bit_the_gumbel_of_the_keyed_hash():
+    """The sampler's fast noise (int32 hashing, vocabulary part cached, row blocks) equals -log(-log(u)) of
+    u = (hash_keys(row, t, v) + 0.5) / 2^32 in every bit, across row blocks and a vocabulary not a power of 2."""
+    keys, vocab = hash_keys(9, torch.arange(40)), 30_001  # 40 rows: 3 blocks of 17 rows at this vocabulary
+    for t in (0, 7):
+        h = hash_keys(keys.view(-1, 1), t, torch.arange(vocab)[None, :])
+        expected = -torch.log(-torch.log((h.double() + 0.5) / 2.0**32))
+        assert torch.equal(gumbel_noise(keys, t, vocab), expected)
+        logits = torch.randn(40, vocab, generator=torch.Generator().manual_seed(t))
+        got = GumbelSampler(keys, 0, 0.7).scores_at(t, logits.clone())
+        assert torch.equal(got, logits / 0.7 + expected.float())
 
 
 def test_prompt_order_is_a_function_of_seed_and_step_and_covers_each_epoch():
